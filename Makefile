@@ -1,0 +1,44 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+# Both create .venv when it is missing and install what they need on their own.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# torch is pinned here (the CPU build); pyproject.toml only states a lower bound.
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.commscope-installed
+
+.PHONY: demo test lint bench chromium clean
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/commscope demo
+
+test: $(STAMP) chromium
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+# Browser tests need Chromium. Debian's package is installed when we are root;
+# otherwise the browser tests skip with a message saying how to get it.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "could not install chromium: browser tests will be skipped"; \
+	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/mesh_plan.py
+	$(PY) bench/mesh_init.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,5 @@
+"""``python -m commscope`` is the ``commscope`` command."""
+
+from commscope.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The ``commscope`` command: the only place that parses command-line arguments.
+
+Each subcommand has one ``_add_<name>`` function that declares its options (with an
+example in its ``--help``) and one ``_run_<name>`` function that calls the library.
+Library code never sees ``argparse``. Bad input ends in one clear line on stderr and
+exit code 2 (:class:`UsageError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from commscope import __version__
+
+__all__ = ["main", "build_parser", "UsageError"]
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with our exit convention: one line on stderr, code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+# --------------------------------------------------------------------------- mesh
+
+
+def _add_mesh(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "mesh",
+        help="plan a device mesh of any size, with no processes",
+        formatter_class=_formatter,
+        description="Print the plan of a device mesh: groups per axis, one rank's "
+        "coordinate and groups, which axes stay inside a host, and how many process "
+        "groups each rank must create. No process is started.",
+        epilog="example:\n"
+        "  commscope mesh --world 16384 --shape 2,1024,8 --names dp,fsdp,tp "
+        "--ranks-per-host 8 --rank 5",
+    )
+    p.add_argument("--shape", required=True, help="axis sizes, e.g. 2,4")
+    p.add_argument("--names", help="axis names, e.g. dp,tp (default: dim_0,dim_1,...)")
+    p.add_argument("--world", type=int, help="world size (default: the product of --shape)")
+    p.add_argument("--ranks-per-host", type=int, help="ranks per host (default: 8)")
+    p.add_argument("--rank", type=int, default=0, help="the rank to show (default: 0)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(run=_run_mesh)
+
+
+def _run_mesh(args: argparse.Namespace) -> int:
+    from commscope.mesh.plan import format_plan, plan_mesh, plan_to_json
+
+    shape = _int_list(args.shape, "--shape")
+    names = _name_list(args.names, "--names") if args.names else None
+    try:
+        plan = plan_mesh(
+            shape,
+            names,
+            world_size=args.world,
+            rank=args.rank,
+            ranks_per_host=args.ranks_per_host,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(plan_to_json(plan) if args.json else format_plan(plan))
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the end-to-end demo on local CPU ranks",
+        formatter_class=_formatter,
+        description="Launch local CPU ranks with gloo and show what commscope sees.",
+        epilog="example:\n  commscope demo",
+    )
+    p.add_argument("--ranks", type=int, default=8, help="number of local ranks (default: 8)")
+    p.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from commscope.demo import run_demo
+
+    return run_demo(ranks=args.ranks)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.replace("x", ",").split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option} wants integers separated by commas, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{option} is empty")
+    return values
+
+
+def _name_list(text: str, option: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if any(not n for n in names):
+        raise UsageError(f"{option} has an empty name in {text!r}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``commscope`` and all its subcommands."""
+    parser = _Parser(
+        prog="commscope",
+        description="See your distributed PyTorch job: meshes, collectives, hangs.",
+        formatter_class=_formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"commscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_demo(sub)
+    _add_mesh(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``commscope`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stdout)
+        return 0
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
