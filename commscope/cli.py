@@ -9,6 +9,7 @@ exit code 2 (:class:`UsageError`), never a traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -100,13 +101,10 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.replace("x", ",").split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{option} wants integers separated by commas, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{option} is empty")
-    return values
+    parts = [part.strip() for part in re.split(r"[,x]", text)]
+    if not all(part.isdigit() for part in parts):
+        raise UsageError(f"{option} wants integers separated by commas, e.g. 2,4; got {text!r}")
+    return [int(part) for part in parts]
 
 
 def _name_list(text: str, option: str) -> list[str]:
@@ -145,3 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (`| head`) went away: not an error of ours.
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,325 @@
+"""The arithmetic of an n-dimensional named mesh of ranks: no processes, no torch.
+
+A mesh is one row-major grid of ranks (the *root*): for shape ``(2, 4)`` the ranks are
+``[[0, 1, 2, 3], [4, 5, 6, 7]]``, so the last axis holds consecutive ranks. Every view of
+it is a :class:`MeshLayout` whose axes are tuples of root axes:
+
+* the root itself has one root axis per axis: ``((0,), (1,))``;
+* a slice keeps some axes in their order: ``mesh["dp", "tp"]`` of ``(dp, pp, tp)`` is
+  ``((0,), (2,))``;
+* a flattened axis joins the root axes of several axes: ``flatten("dp_tp")`` of that
+  slice is ``((0, 2),)``.
+
+A *group* along an axis is the set of ranks that agree with a rank on every root axis
+outside that axis, listed row-major over the axis's root axes. That one rule gives the
+groups of plain axes, slices and flattened axes alike, and lists them in the order
+PyTorch's ``init_device_mesh`` does, so the rank lists are identical.
+
+Answering "what are rank r's groups" costs the size of those groups; planning a mesh of
+a million ranks takes microseconds. :meth:`MeshLayout.all_groups` (every group of an
+axis at once) uses numpy and costs O(world size).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["MeshLayout", "MeshError", "format_shape"]
+
+
+class MeshError(ValueError):
+    """A mesh asked for is impossible; the message shows the arithmetic and the fix."""
+
+
+def format_shape(shape: Sequence[int], names: Sequence[str]) -> str:
+    """``dp(2) * tp(4)``: how error messages show a shape."""
+    return " * ".join(f"{n}({s})" for n, s in zip(names, shape))
+
+
+def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return tuple(strides)
+
+
+@dataclass(frozen=True)
+class MeshLayout:
+    """One view (root, slice or flattened axis) of a row-major grid of ranks.
+
+    Build a root with :meth:`create`; derive views with :meth:`slice` and
+    :meth:`flatten`. All methods are pure integer arithmetic.
+    """
+
+    root_shape: tuple[int, ...]
+    """Sizes of the root grid's axes; their product is the world size."""
+    root_names: tuple[str, ...]
+    """Names of the root grid's axes."""
+    axes: tuple[tuple[int, ...], ...]
+    """This view's axes, each the tuple of root axes it spans (major first)."""
+    names: tuple[str, ...]
+    """This view's axis names, one per axis."""
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def create(
+        cls,
+        shape: Sequence[int],
+        names: Sequence[str] | None = None,
+        *,
+        world_size: int | None = None,
+    ) -> MeshLayout:
+        """A root layout of ``shape`` named ``names`` (default ``dim_0``, ``dim_1``, …).
+
+        Raises :class:`MeshError` for a non-positive size, duplicate or empty names,
+        a names/shape length mismatch, or (when ``world_size`` is given) a product of
+        sizes that is not the world size.
+        """
+        try:
+            shape_t = tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            raise MeshError(f"mesh shape must be a sequence of integers, got {shape!r}") from None
+        if any(isinstance(s, bool) for s in shape):
+            raise MeshError(f"mesh shape must be integers, got {shape!r}")
+        if names is None:
+            names_t = tuple(f"dim_{i}" for i in range(len(shape_t)))
+        else:
+            if isinstance(names, str):
+                raise MeshError(
+                    f"mesh_dim_names must be a tuple of names, got the string {names!r}; "
+                    f"write ({names!r},) for one axis"
+                )
+            names_t = tuple(names)
+        if not shape_t:
+            raise MeshError("mesh shape is empty: give at least one axis, e.g. (world_size,)")
+        if len(names_t) != len(shape_t):
+            raise MeshError(
+                f"mesh shape {shape_t} has {len(shape_t)} axes but {len(names_t)} names "
+                f"{names_t}: give one name per axis"
+            )
+        for n in names_t:
+            if not isinstance(n, str) or not n or n != n.strip():
+                raise MeshError(f"axis names must be non-empty strings, got {n!r} in {names_t}")
+        dupes = sorted({n for n in names_t if names_t.count(n) > 1})
+        if dupes:
+            raise MeshError(
+                f"axis names must be unique, {', '.join(map(repr, dupes))} appears more than "
+                f"once in {names_t}"
+            )
+        bad = [(n, s) for n, s in zip(names_t, shape_t) if s < 1]
+        if bad:
+            shown = ", ".join(f"{n}={s}" for n, s in bad)
+            raise MeshError(
+                f"every axis needs size >= 1, got {shown} in {format_shape(shape_t, names_t)}"
+            )
+        layout = cls(
+            root_shape=shape_t,
+            root_names=names_t,
+            axes=tuple((i,) for i in range(len(shape_t))),
+            names=names_t,
+        )
+        if world_size is not None and layout.world_size != world_size:
+            raise MeshError(
+                f"{format_shape(shape_t, names_t)} = {layout.world_size} != world size "
+                f"{world_size}: the mesh shape must multiply to the number of ranks; "
+                f"change the shape or launch {layout.world_size} ranks"
+            )
+        return layout
+
+    @property
+    def is_root(self) -> bool:
+        """True for the full grid itself (not a slice or a flattened view)."""
+        return self.axes == tuple((i,) for i in range(len(self.root_shape)))
+
+    def root(self) -> MeshLayout:
+        """The root layout this view comes from."""
+        return MeshLayout(
+            self.root_shape,
+            self.root_names,
+            tuple((i,) for i in range(len(self.root_shape))),
+            self.root_names,
+        )
+
+    def slice(self, names: str | Sequence[str]) -> MeshLayout:
+        """A view keeping the named axes, which must be in this view's order.
+
+        Any in-order subset works, contiguous or not (``("dp", "tp")`` out of
+        ``("dp", "pp", "tp")``). Raises :class:`MeshError` for unknown, repeated or
+        out-of-order names, listing the valid ones.
+        """
+        wanted = (names,) if isinstance(names, str) else tuple(names)
+        if not wanted:
+            raise MeshError(f"slice with no axis names; valid names are {list(self.names)}")
+        unknown = [n for n in wanted if n not in self.names]
+        if unknown:
+            raise MeshError(
+                f"unknown axis name{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))}; valid names are {list(self.names)}"
+            )
+        repeated = sorted({n for n in wanted if wanted.count(n) > 1})
+        if repeated:
+            raise MeshError(
+                f"axis {', '.join(map(repr, repeated))} named twice in {wanted}: "
+                "a slice takes each axis at most once"
+            )
+        positions = [self.names.index(n) for n in wanted]
+        if positions != sorted(positions):
+            in_order = tuple(n for n in self.names if n in wanted)
+            raise MeshError(
+                f"slice {wanted} is out of order: axes must keep the mesh's order "
+                f"{self.names}; write {in_order}"
+            )
+        return MeshLayout(
+            self.root_shape,
+            self.root_names,
+            tuple(self.axes[p] for p in positions),
+            wanted,
+        )
+
+    def flatten(self, name: str | None = None) -> MeshLayout:
+        """A 1-D view joining all of this view's axes into one axis called ``name``.
+
+        The default name joins the axis names with ``_`` (``dp_tp``), like PyTorch.
+        """
+        flat_name = name if name is not None else "_".join(self.names)
+        if not isinstance(flat_name, str) or not flat_name:
+            raise MeshError(f"flattened axis name must be a non-empty string, got {flat_name!r}")
+        joined = tuple(a for axis in self.axes for a in axis)
+        return MeshLayout(self.root_shape, self.root_names, (joined,), (flat_name,))
+
+    # ------------------------------------------------------------------- queries
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the whole grid."""
+        return math.prod(self.root_shape)
+
+    @cached_property
+    def root_strides(self) -> tuple[int, ...]:
+        """Row-major strides of the root grid (the last axis has stride 1)."""
+        return _row_major_strides(self.root_shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Size of each axis of this view."""
+        return tuple(math.prod(self.root_shape[a] for a in axis) for axis in self.axes)
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes of this view."""
+        return len(self.axes)
+
+    @property
+    def size(self) -> int:
+        """Ranks in one sub-mesh of this view (the product of its shape)."""
+        return math.prod(self.shape)
+
+    def axis_index(self, axis: int | str) -> int:
+        """Position of an axis given by name or index; a clear error otherwise."""
+        if isinstance(axis, bool):
+            raise MeshError(f"axis must be a name or an index, got {axis!r}")
+        if isinstance(axis, int):
+            if not -self.ndim <= axis < self.ndim:
+                raise MeshError(
+                    f"axis index {axis} is out of range for a {self.ndim}-D mesh {list(self.names)}"
+                )
+            return axis % self.ndim
+        if axis not in self.names:
+            raise MeshError(f"unknown axis name {axis!r}; valid names are {list(self.names)}")
+        return self.names.index(axis)
+
+    def check_rank(self, rank: int) -> None:
+        """Raise :class:`MeshError` when ``rank`` is not in ``[0, world_size)``."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise MeshError(
+                f"rank {rank!r} is outside the mesh: valid ranks are 0..{self.world_size - 1}"
+            )
+
+    def root_coordinate(self, rank: int) -> tuple[int, ...]:
+        """Coordinate of ``rank`` in the root grid."""
+        self.check_rank(rank)
+        return tuple((rank // s) % n for n, s in zip(self.root_shape, self.root_strides))
+
+    def coordinate(self, rank: int) -> tuple[int, ...]:
+        """Coordinate of ``rank`` along this view's axes (mixed radix over each axis)."""
+        root = self.root_coordinate(rank)
+        out = []
+        for axis in self.axes:
+            c = 0
+            for a in axis:
+                c = c * self.root_shape[a] + root[a]
+            out.append(c)
+        return tuple(out)
+
+    def local_rank(self, rank: int, axis: int | str) -> int:
+        """Rank's position inside its group along ``axis`` (its coordinate there)."""
+        return self.coordinate(rank)[self.axis_index(axis)]
+
+    def _offsets(self, root_axes: Sequence[int]) -> list[int]:
+        """Rank offsets of one group spanning ``root_axes``, row-major."""
+        offsets = [0]
+        for a in root_axes:
+            stride, n = self.root_strides[a], self.root_shape[a]
+            offsets = [o + k * stride for o in offsets for k in range(n)]
+        return offsets
+
+    def _base(self, rank: int, root_axes: Iterable[int]) -> int:
+        base = rank
+        for a in root_axes:
+            base -= ((rank // self.root_strides[a]) % self.root_shape[a]) * self.root_strides[a]
+        return base
+
+    def group(self, rank: int, axes: int | str | Sequence[int | str] | None = None) -> list[int]:
+        """The ranks of ``rank``'s group along ``axes`` (one axis, several, or all).
+
+        Several axes give the group of their product, row-major (what flattening them
+        would give). With ``axes=None`` it is the whole sub-mesh of this view that
+        contains ``rank``, flattened.
+        """
+        self.check_rank(rank)
+        if axes is None:
+            picked = list(range(self.ndim))
+        elif isinstance(axes, (int, str)):
+            picked = [self.axis_index(axes)]
+        else:
+            picked = [self.axis_index(a) for a in axes]
+        root_axes = [a for p in picked for a in self.axes[p]]
+        base = self._base(rank, root_axes)
+        return [base + o for o in self._offsets(root_axes)]
+
+    def groups_of(self, rank: int) -> dict[str, list[int]]:
+        """``{axis name: rank's group}`` for every axis of this view."""
+        return {name: self.group(rank, i) for i, name in enumerate(self.names)}
+
+    def submesh(self, rank: int) -> np.ndarray:
+        """The ranks of this view's sub-mesh containing ``rank``, shaped like the view."""
+        return np.asarray(self.group(rank), dtype=np.int64).reshape(self.shape)
+
+    def all_groups(self, axis: int | str) -> np.ndarray:
+        """Every group along ``axis``: an array of shape ``(num_groups, axis size)``.
+
+        Rows come in PyTorch's order: row-major over the root axes outside the axis.
+        """
+        root_axes = list(self.axes[self.axis_index(axis)])
+        others = [a for a in range(len(self.root_shape)) if a not in root_axes]
+        grid = np.arange(self.world_size, dtype=np.int64).reshape(self.root_shape)
+        size = math.prod(self.root_shape[a] for a in root_axes)
+        return grid.transpose(others + root_axes).reshape(-1, size)
+
+    def num_groups(self, axis: int | str) -> int:
+        """How many groups the world splits into along ``axis``."""
+        return self.world_size // self.shape[self.axis_index(axis)]
+
+    def covers_world(self, axis: int | str) -> bool:
+        """True when one group along ``axis`` holds every rank (the world group)."""
+        return self.shape[self.axis_index(axis)] == self.world_size
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{n}={s}" for n, s in zip(self.names, self.shape))
+        return f"MeshLayout({inner}; world={self.world_size})"

@@ -1,0 +1,317 @@
+"""commscope.mesh on real gloo ranks: groups, errors, and hand-off to FSDP, DTensor and TP."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from commscope.mesh import DeviceMesh, MeshDisagreement, MeshError, init_device_mesh
+
+pytestmark = pytest.mark.dist
+
+
+def _ranks(pg) -> list[int]:
+    return dist.get_process_group_ranks(pg)
+
+
+def _groups_and_sums(rank, world, shape, names):
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+    out = {"coord": mesh.get_coordinate(), "repr": repr(mesh)}
+    for name in names:
+        pg = mesh.get_group(name)
+        t = torch.tensor([float(rank)])
+        dist.all_reduce(t, group=pg)
+        out[name] = (_ranks(pg), mesh.get_local_rank(name), t.item(), pg.group_desc)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("shape", "names"),
+    [
+        ((2, 2), ("dp", "tp")),
+        ((4,), ("dp",)),
+        ((1, 4), ("pp", "tp")),
+        ((2, 1, 2), ("dp", "cp", "tp")),
+    ],
+)
+def test_groups_on_four_gloo_ranks(ranks, shape, names):
+    results = ranks(_groups_and_sums, 4, shape, names, timeout=60)
+    from commscope.mesh.layout import MeshLayout
+
+    lay = MeshLayout.create(shape, names)
+    for rank, out in enumerate(results):
+        assert out["coord"] == lay.coordinate(rank)
+        for i, name in enumerate(names):
+            group, local, total, desc = out[name]
+            assert group == lay.group(rank, i)
+            assert local == lay.coordinate(rank)[i]
+            assert total == sum(group)  # the all_reduce really ran over that group
+            assert desc == ("default_pg" if len(group) == 4 else f"mesh_{name}")
+
+
+def _tutorial_2d(rank, world):
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("replicate", "shard"))
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t, group=mesh.get_group("shard"))
+    return (_ranks(mesh.get_group("shard")), _ranks(mesh.get_group("replicate")), t.item())
+
+
+def test_eight_rank_two_d_setup_of_the_tutorial(ranks):
+    results = ranks(_tutorial_2d, 8, timeout=90)
+    for rank, (shard, replicate, total) in enumerate(results):
+        assert shard == ([0, 1, 2, 3] if rank < 4 else [4, 5, 6, 7])
+        assert replicate == [rank % 4, rank % 4 + 4]
+        assert total == (6.0 if rank < 4 else 22.0)
+
+
+def _slice_flatten(rank, world):
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+    sub = mesh["dp", "tp"]
+    flat = sub.flatten("dp_tp")
+    t = torch.ones(1)
+    dist.all_reduce(t, group=flat.get_group())
+    again = mesh["dp", "tp"].flatten("dp_tp")
+    return {
+        "sub": sub.mesh.tolist(),
+        "sub_repr": repr(sub),
+        "flat": _ranks(flat.get_group()),
+        "flat_desc": flat.get_group().group_desc,
+        "sum": t.item(),
+        "cached": again is flat and mesh["dp_tp"] is flat,
+        "root_get_group": _ranks(mesh.get_group("dp_tp")),
+        "same_pg": sub.get_group("tp") is mesh.get_group("tp"),
+        "to_torch": type(mesh.to_torch()).__name__
+        + ":"
+        + str(type(mesh.to_torch()) is not DeviceMesh),
+    }
+
+
+def test_slicing_and_flattening_on_gloo(ranks):
+    results = ranks(_slice_flatten, 8, timeout=90)
+    for rank, out in enumerate(results):
+        base = rank & 2  # the pp coordinate picks the sub-mesh
+        assert out["sub"] == [[base, base + 1], [base + 4, base + 5]]
+        assert out["sub_repr"] == "DeviceMesh(dp=2, tp=2, device='cpu')"
+        assert out["flat"] == [base, base + 1, base + 4, base + 5]
+        assert out["flat_desc"] == "mesh_dp_tp"
+        assert out["sum"] == 4.0
+        assert out["cached"] and out["same_pg"]
+        assert out["root_get_group"] == out["flat"]
+        assert out["to_torch"] == "DeviceMesh:True"
+
+
+def _wrong_product(rank, world):
+    try:
+        init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    except MeshError as exc:
+        return str(exc)
+    return None
+
+
+def test_shape_product_error_shows_the_arithmetic(ranks):
+    for msg in ranks(_wrong_product, 6, timeout=60):
+        assert "dp(2) * tp(4) = 8 != world size 6" in msg
+
+
+def _disagree(rank, world):
+    shape = (4,) if rank == 3 else (2, 2)
+    names = ("dp",) if rank == 3 else ("dp", "tp")
+    start = time.monotonic()
+    try:
+        init_device_mesh("cpu", shape, mesh_dim_names=names, timeout=timedelta(seconds=20))
+    except MeshDisagreement as exc:
+        return str(exc), time.monotonic() - start
+    return None, time.monotonic() - start
+
+
+def test_ranks_that_disagree_get_an_error_not_a_hang(ranks):
+    for msg, elapsed in ranks(_disagree, 4, timeout=60):
+        assert msg is not None
+        assert "ranks disagree on the mesh" in msg
+        assert "rank 0 and 2 other ranks asked for shape (2, 2) names ('dp', 'tp')" in msg
+        assert "ranks [3] asked for shape (4,) names ('dp',)" in msg
+        assert elapsed < 10
+
+
+def _absent(rank, world):
+    if rank == 1:
+        time.sleep(4)
+        return "skipped"
+    try:
+        init_device_mesh("cpu", (2,), mesh_dim_names=("dp",), timeout=timedelta(seconds=1.5))
+    except MeshDisagreement as exc:
+        return str(exc)
+    return None
+
+
+def test_a_rank_that_never_comes_is_named(ranks):
+    results = ranks(_absent, 2, timeout=60)
+    assert results[1] == "skipped"
+    assert "only 1 of 2 ranks reached init_device_mesh" in results[0]
+    assert "missing ranks: [1]" in results[0]
+
+
+def _bad_args(rank, world):
+    errors = []
+    for kwargs in (
+        {"device_type": "cuda:0", "mesh_shape": (2,)},
+        {"device_type": "cpu", "mesh_shape": (2,), "mesh_dim_names": ("a", "b")},
+    ):
+        try:
+            init_device_mesh(**kwargs)
+        except MeshError as exc:
+            errors.append(str(exc))
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
+    for bad in (lambda: mesh["tp"], lambda: mesh.get_group("tp"), lambda: mesh.size(3)):
+        try:
+            bad()
+        except MeshError as exc:
+            errors.append(str(exc))
+    try:
+        DeviceMesh("cpu", [0, 1])
+    except TypeError as exc:
+        errors.append(str(exc))
+    return errors
+
+
+def test_errors_say_what_to_do(ranks):
+    errors = ranks(_bad_args, 2, timeout=60)[0]
+    assert "got 'cuda:0'; pass 'cuda'" in errors[0]
+    assert "1 axes but 2 names" in errors[1]
+    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[2]
+    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[3]
+    assert "axis index 3 is out of range" in errors[4]
+    assert "init_device_mesh" in errors[5]
+
+
+# ----------------------------------------------------------------- hand-off to torch
+
+
+def _model_and_data():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    gen = [torch.Generator().manual_seed(100 + i) for i in range(3)]
+    data = [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)) for g in gen]
+    return model, data
+
+
+def _single_process_losses():
+    model, data = _model_and_data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = []
+    for x, y in data:
+        loss = sum(((model(a) - b) ** 2).mean() for a, b in zip(x.chunk(4), y.chunk(4))) / 4
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def _hsdp_losses(rank, world, which):
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+    model, data = _model_and_data()
+    if which == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model:
+            if list(layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        placements = [str(p.placements) for p in model.parameters()]
+    else:
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+        model = FullyShardedDataParallel(
+            model,
+            device_mesh=mesh,
+            sharding_strategy=ShardingStrategy.HYBRID_SHARD,
+            device_id=torch.device("cpu"),
+        )
+        placements = []
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x, y in data:
+        loss = ((model(x.chunk(world)[rank]) - y.chunk(world)[rank]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item() / world)
+    return losses, placements
+
+
+@pytest.mark.parametrize("which", ["fsdp2", "fsdp1"])
+def test_hsdp_trains_like_a_single_process(ranks, which):
+    expected = _single_process_losses()
+    for losses, placements in ranks(_hsdp_losses, 4, which, timeout=90):
+        assert losses == pytest.approx(expected, rel=1e-5)
+        if which == "fsdp2":
+            assert placements and all(p == "(Replicate(), Shard(dim=0))" for p in placements)
+
+
+def _tensor_parallel(rank, world):
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(7))
+    expected = model(x).detach()
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    out = model(x)
+    return torch.allclose(out, expected, atol=1e-6), str(model[0].weight.placements)
+
+
+def test_tensor_parallel_on_the_tp_axis_matches_one_device(ranks):
+    for same, placements in ranks(_tensor_parallel, 4, timeout=90):
+        assert same
+        assert placements == "(Shard(dim=0),)"
+
+
+def _to_torch(rank, world):
+    from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    tm = mesh.to_torch()
+    same_groups = all(tm.get_group(n) is mesh.get_group(n) for n in ("dp", "tp"))
+    dt = distribute_tensor(torch.arange(8.0).reshape(4, 2), tm, [Replicate(), Shard(0)])
+    return type(tm) is TorchDeviceMesh, same_groups, dt.to_local().tolist(), tm["tp"].mesh.tolist()
+
+
+def test_to_torch_shares_the_groups(ranks):
+    for rank, (is_torch, same, local, tp_mesh) in enumerate(ranks(_to_torch, 4, timeout=60)):
+        assert is_torch and same
+        assert local == ([[0.0, 1.0], [2.0, 3.0]] if rank % 2 == 0 else [[4.0, 5.0], [6.0, 7.0]])
+        assert tp_mesh == ([0, 1] if rank < 2 else [2, 3])
+
+
+def _warn_tp(rank, world):
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("commscope.mesh.topology").addHandler(handler)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "dp"))
+    init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "dp"))  # warned once only
+    return [r.getMessage() for r in records], mesh.describe()
+
+
+def test_tp_across_hosts_warns_once(ranks):
+    messages, picture = ranks(_warn_tp, 4, env={"LOCAL_WORLD_SIZE": "2"}, timeout=60)[0]
+    assert len(messages) == 1
+    assert "mesh axis 'tp' (2 ranks) crosses hosts" in messages[0]
+    assert "Put 'tp' last" in messages[0]
+    assert "[0 h0]" in picture and "2 h1" in picture
+    assert "tp  2 ranks per group, 2 groups: crosses hosts" in picture

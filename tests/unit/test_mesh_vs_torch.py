@@ -1,0 +1,94 @@
+"""Our group rank lists are exactly PyTorch's, under the fake backend, for many shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh as torch_init_device_mesh
+
+from commscope.mesh import init_device_mesh
+from commscope.mesh.layout import MeshLayout
+
+CASES = [
+    ((8,), ("w",), [0, 5]),
+    ((2, 4), ("dp", "tp"), [0, 5, 7]),
+    ((4, 2), ("dp", "tp"), [3, 6]),
+    ((2, 2, 2), ("dp", "pp", "tp"), [0, 3, 6]),
+    ((1, 8), ("pp", "tp"), [2]),
+    ((2, 1, 4), ("dp", "cp", "tp"), [1, 6]),
+    ((3, 1, 2, 2), ("pp", "dp", "cp", "tp"), [0, 7, 11]),
+    ((4, 4, 4), ("dp", "cp", "tp"), [0, 21, 63]),
+    ((8, 1), ("dp", "tp"), [5]),
+]
+
+
+def _ranks(pg) -> list[int]:
+    return dist.get_process_group_ranks(pg)
+
+
+@pytest.mark.parametrize(("shape", "names", "ranks"), CASES)
+def test_groups_slices_and_flatten_match_torch(fake_pg, shape, names, ranks):
+    world = 1
+    for s in shape:
+        world *= s
+    lay = MeshLayout.create(shape, names)
+    for rank in ranks:
+        with fake_pg(rank, world):
+            tm = torch_init_device_mesh("cpu", shape, mesh_dim_names=names)
+            ours = init_device_mesh("cpu", shape, mesh_dim_names=names)
+            for name in names:
+                expected = _ranks(tm.get_group(name))
+                assert lay.group(rank, name) == expected, (shape, rank, name)
+                assert _ranks(ours.get_group(name)) == expected
+                assert ours.get_local_rank(name) == tm.get_local_rank(name)
+                assert ours.get_group(name).group_desc == tm.get_group(name).group_desc
+            assert ours.get_coordinate() == tm.get_coordinate()
+            assert ours.mesh.tolist() == tm.mesh.tolist()
+            if len(names) >= 2:
+                pick = (names[0], names[-1])
+                tsub, osub = tm[pick], ours[pick]
+                assert osub.mesh.tolist() == tsub.mesh.tolist()
+                for n in pick:
+                    assert _ranks(osub.get_group(n)) == _ranks(tsub.get_group(n))
+                tflat = tsub._flatten("joined")
+                oflat = osub.flatten("joined")
+                assert _ranks(oflat.get_group()) == _ranks(tflat.get_group())
+                assert oflat.mesh.tolist() == tflat.mesh.tolist()
+                assert ours["joined"] is oflat
+
+
+def test_group_creation_all_path_matches_torch(fake_pg):
+    with fake_pg(5, 16):
+        tm = torch_init_device_mesh("cpu", (2, 2, 4), mesh_dim_names=("a", "b", "c"))
+        ours = init_device_mesh(
+            "cpu", (2, 2, 4), mesh_dim_names=("a", "b", "c"), group_creation="all"
+        )
+        for n in ("a", "b", "c"):
+            assert _ranks(ours.get_group(n)) == _ranks(tm.get_group(n))
+
+
+def test_a_rank_of_16384_creates_only_its_groups(fake_pg):
+    created = []
+    original = dist.new_group
+
+    def counting(*args, **kwargs):
+        created.append(kwargs.get("use_local_synchronization"))
+        return original(*args, **kwargs)
+
+    with fake_pg(12345, 16384):
+        dist.new_group = counting
+        try:
+            mesh = init_device_mesh("cpu", (2, 1024, 8), mesh_dim_names=("dp", "fsdp", "tp"))
+        finally:
+            dist.new_group = original
+        assert created == [True, True, True]
+        assert _ranks(mesh.get_group("tp")) == list(range(12344, 12352))
+        assert _ranks(mesh.get_group("dp")) == [12345 - 8192, 12345]
+
+
+def test_world_axis_reuses_the_default_group(fake_pg):
+    with fake_pg(3, 8):
+        mesh = init_device_mesh("cpu", (8,), mesh_dim_names=("dp",))
+        assert mesh.get_group("dp") is dist.distributed_c10d._get_default_group()
+        mesh2 = init_device_mesh("cpu", (2, 4), mesh_dim_names=("a", "b"))
+        assert mesh2.flatten("ab").get_group() is dist.distributed_c10d._get_default_group()
