@@ -23,13 +23,13 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.device_mesh import init_device_mesh as torch_init  # noqa: E402
-from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh as torch_init
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from commscope.mesh import init_device_mesh as ours_init  # noqa: E402
+from commscope.mesh import init_device_mesh as ours_init
 
 
 def _shapes(world: int) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
@@ -65,7 +65,7 @@ def fake_part(rounds: int) -> list[tuple[str, float, float]]:
                 o.append(_one_fake("ours", world, rank, shape, names))
             tm, om = statistics.median(t), statistics.median(o)
             rows.append((f"{world} {shape}", tm, om))
-            print(f"  {world:>6}  {str(shape):<16} {tm * 1e3:>9.2f} {om * 1e3:>10.2f} {om / tm:>7.3f}")
+            print(f"  {world:>6}  {shape!s:<16} {tm * 1e3:>9.2f} {om * 1e3:>10.2f} {om / tm:>7.3f}")
     return rows
 
 

@@ -47,7 +47,7 @@ def main() -> None:
         world = 1
         for s in shape:
             world *= s
-        print(f"{str(shape):<18} {world:>9}  {g * 1e3:>14.2f}  {p * 1e3:>12.1f}")
+        print(f"{shape!s:<18} {world:>9}  {g * 1e3:>14.2f}  {p * 1e3:>12.1f}")
         assert p < 1.0, f"planning took {p:.2f} s"
 
 
