@@ -97,6 +97,67 @@ def _run_demo(args: argparse.Namespace) -> int:
     return run_demo(ranks=args.ranks)
 
 
+# --------------------------------------------------------------------------- view
+
+
+def _add_view(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "view",
+        help="write the offline HTML viewer for a comm-trace JSON dump",
+        formatter_class=_formatter,
+        description="Write one self-contained HTML page (no network) showing a "
+        "CommDebugMode JSON dump: the module tree, each module's forward and backward "
+        "collectives with counts, bytes and mesh axis, parameters and their sharding, and "
+        "the ops at noise level >= 1. Reads commscope's dumps and PyTorch's. Without a "
+        "dump (or with --blank) the page is blank and loads a dump dropped onto it.",
+        epilog="examples:\n"
+        "  commscope view comm_mode_log.json -o comm.html --open\n"
+        "  commscope view --blank -o viewer.html",
+    )
+    p.add_argument("dump", nargs="?", help="JSON written by generate_json_dump()")
+    p.add_argument("-o", "--output", help="HTML file to write (default: the dump's name "
+                   "with .html, or commscope_viewer.html for a blank page)")
+    p.add_argument("--blank", action="store_true", help="write the blank drop-a-file page")
+    p.add_argument("--open", action="store_true", help="open the page in a web browser")
+    p.set_defaults(run=_run_view)
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from commscope.comm.viewer import write_viewer
+
+    data = None
+    if args.dump and args.blank:
+        raise UsageError(f"give a dump or --blank, not both (got {args.dump!r} and --blank)")
+    if args.dump:
+        try:
+            with open(args.dump, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise UsageError(f"no such file: {args.dump}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"cannot read {args.dump} as JSON: {exc}") from None
+    default = "commscope_viewer.html"
+    if args.dump:
+        default = os.path.splitext(args.dump)[0] + ".html"
+    output = args.output or default
+    title = f"commscope comm trace: {os.path.basename(args.dump)}" if args.dump else None
+    try:
+        write_viewer(output, data, title=title)
+    except ValueError as exc:
+        raise UsageError(f"{args.dump}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc}") from None
+    print(output)
+    if args.open:
+        import webbrowser
+
+        webbrowser.open("file://" + os.path.abspath(output))
+    return 0
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -125,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_demo(sub)
     _add_mesh(sub)
+    _add_view(sub)
     return parser
 
 

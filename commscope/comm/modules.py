@@ -1,0 +1,402 @@
+"""Which module an op belongs to, and in which phase: the comm tracer's module tracker.
+
+Forward: one global forward pre-hook pushes the module on a stack and one global forward
+hook (``always_call=True``) pops it. A module with forward hooks of its own (TP's output
+redistribution, FSDP's reshard) is popped instead by a hook of ours registered after
+its own (the first time it runs in a ``with`` block), because global forward hooks run
+before a module's hooks. So TP's input and output redistributions belong to the module,
+and a module that raises still pops. A module may run any number of times.
+
+Backward: no backward hook at all (no ``BackwardHook`` wrapping, no extra ``view`` ops).
+Every autograd node has a sequence number taken from a per-thread counter when the
+forward created it. On every push and pop the tracker writes down the counter and the
+module now on top; in backward, the node being executed
+(``torch._C._current_autograd_node()``) belongs to the module that was on top when its
+sequence number was handed out (a binary search). Hooks that run inside a node (FSDP's
+pre- and post-backward hooks, TP's redistribution backward) therefore count for the
+module whose forward created them. ``AccumulateGrad`` nodes belong to the module that
+owns the parameter. What runs in backward outside any node (engine callbacks queued at
+the end of backward, where FSDP2 reduce-scatters the first layer's gradients) belongs
+to the module whose node ran last.
+
+Phases: ``forward``; ``backward`` while the autograd engine runs; ``checkpointing`` for a
+forward recomputed inside backward (activation checkpointing); ``after_backward`` for
+what runs outside every module after a backward pass (an optimizer step, a manual
+gradient all-reduce) until the next module forward.
+
+Names follow PyTorch's ``ModTracker``: the first module seen is named by its class
+name, its children ``parent.child`` recursively; ``"Global"`` is outside every module.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+
+from commscope.comm.counts import CommCounts
+
+__all__ = [
+    "FORWARD",
+    "BACKWARD",
+    "CHECKPOINTING",
+    "AFTER_BACKWARD",
+    "PHASE_NAMES",
+    "COUNT_PHASES",
+    "ModuleRecord",
+    "ModuleTracker",
+]
+
+FORWARD = 0
+BACKWARD = 1
+CHECKPOINTING = 2
+AFTER_BACKWARD = 3
+PHASE_NAMES = ("forward", "backward", "checkpointing", "after_backward")
+"""Phase codes -> names, as used in op lists."""
+COUNT_PHASES = ("forward", "backward", "after_backward")
+"""Collective counts are kept per these three phases (a recompute's collectives count as
+backward, as PyTorch counts them)."""
+_COUNT_BUCKET = (0, 1, 1, 2)
+
+_graph_task_id = torch._C._current_graph_task_id
+_current_node = torch._C._current_autograd_node
+_next_sequence_nr = torch._C._autograd._get_sequence_nr
+_NO_SEQUENCE = 1 << 63  # AccumulateGrad nodes carry UINT64_MAX
+
+
+@dataclass(eq=False, slots=True)
+class ModuleRecord:
+    """One module FQN seen inside the block, with what happened in it."""
+
+    fqn: str
+    """``"Global"`` or the module's fully-qualified name (``MLPModule.net1``)."""
+    depth: int
+    """0 for Global, 1 for the root module, +1 per level."""
+    module_type: str = ""
+    """``str(type(module))`` without ``<>``, PyTorch's spelling; "" for Global."""
+    parent: ModuleRecord | None = None
+    """The module it first ran under (``None`` for Global)."""
+    ancestors: tuple[ModuleRecord, ...] = ()
+    """Parent, grand-parent, ..., Global: where its collectives roll up to."""
+    children: list[ModuleRecord] = field(default_factory=list)
+    """Modules first run under this one, in call order, each once."""
+    params: list[tuple[str, Any]] = field(default_factory=list)
+    """Direct parameters ``(name, parameter)`` (``recurse=False``)."""
+    ops: list[tuple[Any, int, Any]] = field(default_factory=list)
+    """Ops run here: ``(op overload, phase code, DTensor info or None)``."""
+    counts: tuple[CommCounts, CommCounts, CommCounts] | None = None
+    """Collective counts per :data:`COUNT_PHASES`, this module and its descendants
+    (``None`` until the first one; see :meth:`phase_counts`)."""
+    calls: int = 0
+    """Forward calls (recomputes excluded)."""
+
+    def phase_counts(self) -> tuple[CommCounts, CommCounts, CommCounts]:
+        """The three per-phase count dicts, created on first use."""
+        if self.counts is None:
+            self.counts = (CommCounts(), CommCounts(), CommCounts())
+        return self.counts
+
+
+class ModuleTracker:
+    """Tracks the current module and phase for the comm tracer (see the module doc).
+
+    Also answers the attribute names of PyTorch's ``_CommModeModuleTracker`` that user
+    code reads (``module_helper_dict``, ``parent_dict``, ``sharding_dict`` ...).
+    """
+
+    def __init__(self) -> None:
+        self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._named: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._handles: list[Any] = []
+        self.active = False
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Forget everything recorded (names of modules are kept, as PyTorch keeps them)."""
+        self.global_record = ModuleRecord(fqn="Global", depth=0)
+        self.records: dict[str, ModuleRecord] = {"Global": self.global_record}
+        self._by_module: dict[Any, ModuleRecord] = {}
+        self._local: set[Any] = set()
+        self._stack: list[tuple[ModuleRecord, bool]] = []
+        self.top: ModuleRecord = self.global_record
+        self.top_phase = FORWARD
+        self._global_phase = FORWARD
+        self._bp_seq: list[int] = []
+        self._bp_owner: list[ModuleRecord] = []
+        self._param_owner: dict[int, ModuleRecord] = {}
+        self._last_node: Any = None
+        self._last_owner: ModuleRecord = self.global_record
+        self.meshes: dict[int, Any] = {}
+
+    def enter(self) -> None:
+        """Start tracking: install the global forward pre-hook."""
+        self.reset()
+        self._thread = threading.get_ident()
+        self._local = set()
+        self._handles = [
+            register_module_forward_pre_hook(self._pre_hook),
+            register_module_forward_hook(self._global_post_hook, always_call=True),
+        ]
+        self._mark(self.global_record)
+        self.active = True
+
+    def exit(self) -> None:
+        """Stop tracking: remove every hook, drop module references, keep the records."""
+        self.active = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._by_module = {}
+        self._local = set()
+        self._stack = []
+        self.top = self.global_record
+        self._last_node = None
+
+    # ------------------------------------------------------------------ naming
+
+    def _name(self, mod: Any) -> str:
+        name = self._names.get(mod)
+        if name is None:
+            name = type(mod).__name__
+            self._names[mod] = name
+        if mod not in self._named:
+            for child_name, child in mod.named_children():
+                self._names[child] = f"{name}.{child_name}"
+                self._name(child)
+            self._named.add(mod)
+        return name
+
+    def get_known_fqn(self, mod: Any) -> str | None:
+        """The FQN given to ``mod``, or ``None`` if it was never seen."""
+        return self._names.get(mod)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _first_sight(self, mod: Any) -> ModuleRecord:
+        fqn = self._names.get(mod)
+        if fqn is None or mod not in self._named:
+            fqn = self._name(mod)
+        rec = self.records.get(fqn)
+        if rec is None:
+            parent = self._stack[-1][0] if self._stack else self.global_record
+            rec = ModuleRecord(
+                fqn=fqn,
+                depth=len(self._stack) + 1,
+                module_type=_type_name(type(mod)),
+                parent=parent,
+                ancestors=(parent, *parent.ancestors),
+                params=[(n, p) for n, p in mod._parameters.items() if p is not None],
+            )
+            parent.children.append(rec)
+            self.records[fqn] = rec
+            for _, param in rec.params:
+                self._param_owner[id(param)] = rec
+                mesh = getattr(param, "device_mesh", None)
+                if mesh is not None:
+                    self.meshes[id(mesh)] = mesh
+        self._by_module[mod] = rec
+        return rec
+
+    def _pre_hook(self, mod: Any, args: Any) -> None:
+        rec = self._by_module.get(mod)
+        if rec is None:
+            rec = self._first_sight(mod)
+        if mod._forward_hooks and mod not in self._local:
+            # The module has forward hooks of its own (TP's output redistribution, FSDP's
+            # reshard): pop only after them, from a hook registered after theirs.
+            self._local.add(mod)
+            self._handles.append(mod.register_forward_hook(self._local_post_hook, always_call=True))
+        recompute = _graph_task_id() != -1
+        self._stack.append((rec, recompute))
+        self.top = rec
+        if recompute:
+            self.top_phase = CHECKPOINTING
+        else:
+            rec.calls += 1
+            self.top_phase = self._global_phase = FORWARD
+        self._mark(rec)
+
+    def _global_post_hook(self, mod: Any, args: Any, output: Any) -> None:
+        if mod not in self._local:
+            self._pop(mod)
+
+    def _local_post_hook(self, mod: Any, args: Any, output: Any) -> None:
+        self._pop(mod)
+
+    def _pop(self, mod: Any) -> None:
+        rec = self._by_module.get(mod)
+        stack = self._stack
+        if stack and stack[-1][0] is rec:
+            stack.pop()
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][0] is rec:
+                    del stack[i:]
+                    break
+            else:
+                return
+        if stack:
+            self.top, recompute = stack[-1]
+            self.top_phase = CHECKPOINTING if recompute else FORWARD
+        else:
+            self.top = self.global_record
+            self.top_phase = self._global_phase
+        self._mark(self.top)
+
+    def _mark(self, rec: ModuleRecord) -> None:
+        """Nodes created from now on belong to ``rec`` (forward thread only)."""
+        if threading.get_ident() != self._thread:
+            return
+        seq = _next_sequence_nr()
+        if self._bp_seq and seq < self._bp_seq[-1]:
+            return
+        self._bp_seq.append(seq)
+        self._bp_owner.append(rec)
+
+    # ------------------------------------------------------------------ lookups
+
+    def backward_owner(self) -> tuple[ModuleRecord, int]:
+        """The module and phase of an op running while the autograd engine runs."""
+        stack = self._stack
+        if stack:
+            rec, recompute = stack[-1]
+            if recompute:
+                return rec, CHECKPOINTING
+        else:
+            self._global_phase = self.top_phase = AFTER_BACKWARD
+        node = _current_node()
+        if node is None:
+            # An engine callback at the end of backward (FSDP2 reduce-scatters the first
+            # layer's gradients there): charge the module whose node ran last.
+            return self._last_owner, BACKWARD
+        if node is self._last_node:
+            return self._last_owner, BACKWARD
+        owner = self._owner_of(node)
+        self._last_node = node
+        self._last_owner = owner
+        return owner, BACKWARD
+
+    def _owner_of(self, node: Any) -> ModuleRecord:
+        seq = node._sequence_nr()
+        if seq >= _NO_SEQUENCE:
+            # AccumulateGrad: the parameter's module; a parameter we never saw (FSDP2's
+            # unsharded ones) follows the node that produced its gradient, run just before.
+            variable = getattr(node, "variable", None)
+            return self._param_owner.get(id(variable), self._last_owner)
+        i = bisect_right(self._bp_seq, seq) - 1
+        return self._bp_owner[i] if i >= 0 else self.global_record
+
+    @property
+    def is_bw(self) -> bool:
+        """True while the autograd engine runs (PyTorch's ``ModTracker.is_bw``)."""
+        return _graph_task_id() != -1
+
+    @property
+    def name(self) -> str:
+        """FQN of the module ops are charged to right now."""
+        if _graph_task_id() != -1 and self.active:
+            return self.backward_owner()[0].fqn
+        return self.top.fqn
+
+    @property
+    def parents(self) -> set[str]:
+        """FQNs of the modules whose forward is running, plus ``"Global"``."""
+        return {"Global", *(rec.fqn for rec, _ in self._stack)}
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """True while a forward is recomputed inside backward."""
+        return bool(self._stack) and self._stack[-1][1]
+
+    # ------------------------------------------------------- PyTorch's attributes
+
+    def modules(self) -> list[ModuleRecord]:
+        """Every record, Global first, in the order modules first ran (a pre-order walk)."""
+        out: list[ModuleRecord] = []
+
+        def walk(rec: ModuleRecord) -> None:
+            out.append(rec)
+            for child in rec.children:
+                walk(child)
+
+        walk(self.global_record)
+        return out
+
+    @property
+    def module_helper_dict(self) -> dict[str, dict[str, Any]]:
+        """``{fqn: {"module_type", "depth", "parameters"}}`` as PyTorch's tracker keeps it."""
+        out: dict[str, dict[str, Any]] = {}
+        for rec in self.modules():
+            entry: dict[str, Any] = {"depth": rec.depth}
+            if rec.module_type:
+                entry = {"module_type": rec.module_type, "depth": rec.depth}
+            placements = {n: str(p.placements) for n, p in rec.params if _is_dtensor(p)}
+            if placements:
+                entry["parameters"] = placements
+            out[rec.fqn] = entry
+        return out
+
+    @property
+    def module_parameters_dict(self) -> dict[str, dict[str, Any]]:
+        """``{fqn: {param_name: param.data}}`` for modules with direct parameters."""
+        return {
+            rec.fqn: {n: p.data for n, p in rec.params} for rec in self.modules() if rec.params
+        }
+
+    @property
+    def sharding_dict(self) -> dict[str, Any]:
+        """``{"fqn.param": placements}`` for DTensor parameters."""
+        return {
+            f"{rec.fqn}.{n}": p.placements
+            for rec in self.modules()
+            for n, p in rec.params
+            if _is_dtensor(p)
+        }
+
+    @property
+    def parent_dict(self) -> dict[str, list[str]]:
+        """``{fqn: [child fqns]}`` for modules with children (no duplicates)."""
+        return {r.fqn: [c.fqn for c in r.children] for r in self.modules() if r.children}
+
+    @property
+    def module_parents_dict(self) -> dict[str, set[str]]:
+        """``{fqn: {itself and its ancestors}}``; Global maps to an empty set."""
+        out: dict[str, set[str]] = {}
+        for rec in self.modules():
+            chain = {rec.fqn, *(a.fqn for a in rec.ancestors)}
+            out[rec.fqn] = set() if rec.parent is None else chain
+        return out
+
+    def print_paramater_info(self) -> None:
+        """Print :attr:`module_parameters_dict` (PyTorch's name, typo included)."""
+        print(self.module_parameters_dict)
+
+    def print_sharding_info(self) -> None:
+        """Print one ``fqn.param: placements`` line per DTensor parameter."""
+        for key, value in self.sharding_dict.items():
+            print(f"{key}: {value}")
+
+
+_TYPE_NAMES: dict[type, str] = {}
+
+
+def _type_name(cls: type) -> str:
+    """PyTorch's spelling of a module type: ``str(type(m))`` without ``<`` and ``>``."""
+    name = _TYPE_NAMES.get(cls)
+    if name is None:
+        name = _TYPE_NAMES[cls] = str(cls).replace("<", "").replace(">", "")
+    return name
+
+
+def _is_dtensor(value: Any) -> bool:
+    return hasattr(value, "placements") and hasattr(value, "device_mesh")
