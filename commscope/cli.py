@@ -158,6 +158,75 @@ def _run_view(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- analyze
+
+
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="say why a distributed job is stuck, from every rank's flight-recorder dump",
+        formatter_class=_formatter,
+        description="Read every rank's flight-recorder dump in a folder (PyTorch's native "
+        "pickles and commscope's pickle/JSON, optionally .gz; names like rank_<N>, "
+        "nccl_trace_rank_<N>, comm_traces/rank_<N>), line up each group's collectives "
+        "across ranks and report, root cause first: missing or crashed ranks, op/size/"
+        "dtype/order mismatches, unmatched p2p, cross-group deadlocks, stragglers. "
+        "Needs no torch. Unreadable files are named and skipped.",
+        epilog="examples:\n"
+        "  commscope analyze ./commscope_traces\n"
+        "  commscope analyze -d /tmp/dumps -o analysis.txt\n"
+        "  commscope analyze dumps/ --json --perfetto trace.json --html report.html\n"
+        "  commscope analyze dumps/ --prefix nccl_trace_rank_ --world-size 8",
+    )
+    p.add_argument("folder", nargs="?", help="folder of dumps (or one dump file)")
+    p.add_argument("-d", "--dir", dest="dir", help="the folder, as PyTorch's fr_trace takes it")
+    p.add_argument("-o", "--output", help="write the report (text, or JSON with --json or a "
+                   ".json name) to this file instead of stdout")
+    p.add_argument("--json", action="store_true",
+                   help="the analysis as JSON (format commscope.analysis/1)")
+    p.add_argument("--perfetto", metavar="TRACE_JSON",
+                   help="also write a Perfetto/Chrome timeline (open in ui.perfetto.dev)")
+    p.add_argument("--html", metavar="REPORT_HTML", help="also write an offline HTML report")
+    p.add_argument("-p", "--prefix", help="only files whose name starts with this prefix")
+    p.add_argument("--world-size", type=int, help="number of ranks in the job (when the "
+                   "dumps cannot tell, e.g. gloo dumps and a rank with no file)")
+    p.add_argument("-j", "--jobs", type=int, help="processes reading files (default: one "
+                   "per CPU, up to 8, from 64 files on)")
+    p.add_argument("--straggler-ms", type=float, default=50.0,
+                   help="median lag from which a rank arriving last is reported (default 50)")
+    p.set_defaults(run=_run_analyze)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from commscope.analyze.command import run_analyze
+
+    if args.folder and args.dir and args.folder != args.dir:
+        raise UsageError(f"give the folder once: got {args.folder!r} and -d {args.dir!r}")
+    folder = args.folder or args.dir
+    if not folder:
+        raise UsageError("give the folder of dumps: commscope analyze DIR (or -d DIR)")
+    if args.world_size is not None and args.world_size < 1:
+        raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        return run_analyze(
+            folder,
+            output=args.output,
+            as_json=args.json,
+            perfetto=args.perfetto,
+            html=args.html,
+            prefix=args.prefix,
+            world_size=args.world_size,
+            jobs=args.jobs,
+            straggler_ms=args.straggler_ms,
+        )
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write output: {exc}") from None
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -187,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_mesh(sub)
     _add_view(sub)
+    _add_analyze(sub)
     return parser
 
 

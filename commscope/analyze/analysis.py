@@ -1,0 +1,124 @@
+"""The facade: ``analyze(path)`` loads, aligns, diagnoses and returns an :class:`Analysis`.
+
+Algorithm (:func:`analyze`):
+
+1. Load every dump safely (:func:`commscope.analyze.load.load_dumps`).
+2. Decide the expected ranks and every group's members
+   (:func:`commscope.analyze.match.build_groups`).
+3. Line up each group's collectives by sequence number
+   (:func:`commscope.analyze.match.align_group`) and pair p2p ops
+   (:func:`commscope.analyze.match.match_p2p`).
+4. Diagnose (:func:`commscope.analyze.diagnose.diagnose`) into findings, root cause
+   first, and a verdict.
+
+Nothing here imports torch: it runs on a laptop that never saw the job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from commscope.analyze.context import Context
+from commscope.analyze.diagnose import diagnose, verdict
+from commscope.analyze.frames import FrameSource
+from commscope.analyze.load import load_dumps
+from commscope.analyze.match import GroupView, align_all, build_groups, expected_ranks, match_p2p
+from commscope.analyze.model import Finding, Group, LoadResult, Unreadable
+
+__all__ = ["FORMAT", "Analysis", "analyze", "analyze_loaded"]
+
+FORMAT = "commscope.analysis/1"
+"""The ``format`` string of the analysis JSON."""
+
+
+@dataclass
+class Analysis:
+    """The outcome of one analysis: verdict, findings and everything behind them."""
+
+    verdict: str
+    """``healthy``, ``hang``, ``desync``, ``crash`` or ``incomplete``."""
+    expected: list[int]
+    loaded: list[int]
+    missing: list[int]
+    unreadable: list[Unreadable]
+    findings: list[Finding]
+    """Root cause first."""
+    groups: dict[str, Group]
+    views: dict[str, GroupView]
+    load: LoadResult
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def root_cause(self) -> Finding:
+        """The first finding."""
+        return self.findings[0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The analysis in the documented ``commscope.analysis/1`` shape."""
+        return {
+            "format": FORMAT,
+            "verdict": self.verdict,
+            "ranks": {
+                "expected": list(self.expected),
+                "loaded": list(self.loaded),
+                "missing": list(self.missing),
+            },
+            "unreadable": [{"file": u.file, "error": u.error} for u in self.unreadable],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
+                   straggler_ms: float = 50.0) -> Analysis:
+    """Steps 2-4 of :func:`analyze` on dumps that are already loaded."""
+    start = time.perf_counter()
+    expected = expected_ranks(load, world_size)
+    groups = build_groups(load, expected)
+    expected = sorted(set(expected).union(*(g.ranks for g in groups.values())))
+    views = align_all(load, groups)
+    issues = match_p2p(load, groups)
+    ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
+                  frames=FrameSource(load))
+    findings = diagnose(ctx, straggler_ms=straggler_ms)
+    loaded = sorted(load.dumps)
+    return Analysis(
+        verdict=verdict(findings),
+        expected=expected,
+        loaded=loaded,
+        missing=sorted(set(expected) - set(loaded)),
+        unreadable=list(load.unreadable),
+        findings=findings,
+        groups=groups,
+        views=views,
+        load=load,
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+def analyze(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    prefix: str | None = None,
+    world_size: int | None = None,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    straggler_ms: float = 50.0,
+) -> Analysis:
+    """Analyze the flight-recorder dumps under ``path`` (a folder, a file or a list).
+
+    ``prefix`` selects file names (``nccl_trace_rank_``); ``world_size`` says how many
+    ranks the job had when the dumps cannot tell (gloo); ``jobs`` worker processes read
+    files in parallel; ``progress(done, total)`` follows the loading;
+    ``straggler_ms`` is the median lag from which a rank that keeps arriving last is
+    reported. Raises ``FileNotFoundError`` for a path that does not exist.
+    """
+    start = time.perf_counter()
+    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress)
+    result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms)
+    result.elapsed_s = time.perf_counter() - start
+    return result

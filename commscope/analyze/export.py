@@ -1,0 +1,266 @@
+"""Write an analysis out: JSON, a Perfetto/Chrome timeline, an offline HTML report.
+
+Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev and
+``chrome://tracing`` open:
+
+1. One process (``pid`` = rank) per rank, named by a ``process_name`` metadata event;
+   one thread (``tid``) per group, named ``group <name> (<desc>)``.
+2. One complete event (``ph: "X"``, microseconds from the oldest record) per recorded
+   collective. It ends at the recorded completion when the dump has one, else at the
+   next record of the same track (an upper bound: gloo records no completion); an
+   unfinished record ends at the newest timestamp of the whole dump set. Slices never
+   overlap inside a track.
+3. Unfinished records that are not known to have completed elsewhere are *stuck*:
+   named ``STUCK …``, coloured ``terrible`` (red), ``args.stuck = true``.
+4. Flow arrows (``s``/``f`` pairs sharing an ``id``) join the same collective on
+   consecutive ranks of its group, for the newest ``flows_per_group`` sequence numbers.
+5. Large jobs are capped: ranks named by findings first, then the lowest, up to
+   ``max_ranks``; the newest ``max_per_track`` records per track.
+
+HTML (:func:`html_report`): one self-contained file, the data embedded in a
+``<script type="application/json">`` block (Chromium refuses ``fetch()`` of a
+neighbouring ``file://``), our own CSS and JS from ``commscope/viewer/report.*``,
+nothing fetched from the network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from importlib import resources
+from itertools import pairwise
+from typing import Any
+
+from commscope.analyze.analysis import Analysis
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, Track
+from commscope.analyze.text import rank_list
+
+__all__ = [
+    "write_json",
+    "perfetto_trace",
+    "write_perfetto",
+    "timeline_data",
+    "html_report",
+    "write_html",
+]
+
+_DONE = RETIRED | COMPLETED
+
+
+def _write(path: str | os.PathLike[str], text: str) -> None:
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_json(a: Analysis, path: str | os.PathLike[str]) -> None:
+    """Write :meth:`Analysis.to_json` to ``path`` (atomically)."""
+    _write(path, json.dumps(a.to_json(), indent=2) + "\n")
+
+
+def _chosen_ranks(a: Analysis, max_ranks: int) -> list[int]:
+    named: list[int] = []
+    for f in a.findings:
+        named += f.culprit_ranks + f.waiting_ranks[:4]
+    order = list(dict.fromkeys(r for r in named if r in a.load.dumps))
+    order += [r for r in sorted(a.load.dumps) if r not in set(order)]
+    return sorted(order[:max_ranks])
+
+
+def _horizon(a: Analysis) -> tuple[int, int]:
+    t0, t1 = None, 0
+    for d in a.load.dumps.values():
+        for t in d.tracks.values():
+            if not len(t):
+                continue
+            lo = min((c for c in t.created if c > 0), default=None)
+            if lo is not None:
+                t0 = lo if t0 is None else min(t0, lo)
+            t1 = max(t1, max(t.created))
+        if d.dump_time_ns:
+            t1 = max(t1, d.dump_time_ns)
+    t0 = t0 or 0
+    return t0, max(t1, t0 + 1_000_000)
+
+
+def _stuck_keys(a: Analysis) -> set[tuple[str, int]]:
+    done: set[tuple[str, int]] = set()
+    for key, view in a.views.items():
+        for r in view.spans:
+            t = a.load.dumps[r].tracks.get(key)
+            if t is None:
+                continue
+            for i, s in enumerate(t.status):
+                if s & _DONE and t.sig[i] != GAP:
+                    done.add((key, t.lo + i))
+    stuck = set()
+    for d in a.load.dumps.values():
+        for g, seq, _ in d.pending:
+            if seq >= 0 and (g, seq) not in done:
+                stuck.add((g, seq))
+    return stuck
+
+
+def _slices(t: Track, horizon: int, limit: int) -> list[tuple[int, int, int, bool]]:
+    """(index, start_ns, end_ns, finished) for the newest ``limit`` records of a track."""
+    n = len(t)
+    out = []
+    valid = [i for i in range(max(0, n - limit), n) if t.sig[i] != GAP and t.created[i] > 0]
+    for j, i in enumerate(valid):
+        start = t.created[i]
+        nxt = t.created[valid[j + 1]] if j + 1 < len(valid) else None
+        finished = bool(t.status[i] & _DONE)
+        end = None
+        if t.completed is not None and t.completed[i] > start:
+            end = t.completed[i]
+        elif t.duration_us is not None and t.duration_us[i] >= 0:
+            end = start + int(t.duration_us[i] * 1000)
+        if end is None:
+            end = nxt if nxt is not None else (horizon if not finished else start + 1000)
+        if nxt is not None:
+            end = min(end, nxt)
+        out.append((i, start, max(end, start + 1000), finished))
+    return out
+
+
+def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 1000,
+                   flows_per_group: int = 200) -> dict[str, Any]:
+    """The analysis as Chrome trace-event JSON (see module doc)."""
+    t0, horizon = _horizon(a)
+    stuck = _stuck_keys(a)
+    tids = {key: i + 1 for i, key in enumerate(sorted(a.views))}
+    ranks = _chosen_ranks(a, max_ranks)
+    events: list[dict[str, Any]] = []
+    anchors: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    sigs = a.load.sigs.sigs
+    for r in ranks:
+        d = a.load.dumps[r]
+        host = f" ({d.hostname})" if d.hostname else ""
+        events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
+                       "args": {"name": f"rank {r}{host}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
+                       "args": {"sort_index": r}})
+        for key in sorted(d.tracks):
+            t = d.tracks[key]
+            g = a.groups.get(key)
+            tid = tids.get(key, len(tids) + 1)
+            desc = f" ({g.desc})" if g and g.desc else ""
+            events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
+                           "args": {"name": f"group {key}{desc}"}})
+            top = t.hi - flows_per_group
+            for i, start, end, finished in _slices(t, horizon, max_per_track):
+                seq = t.lo + i
+                sig = sigs[t.sig[i]]
+                is_stuck = not finished and (key, seq) in stuck
+                ts = (start - t0) / 1000.0
+                ev: dict[str, Any] = {
+                    "ph": "X", "pid": r, "tid": tid, "ts": ts, "dur": (end - start) / 1000.0,
+                    "name": f"{'STUCK ' if is_stuck else ''}{sig.op} #{seq}", "cat": "collective",
+                    "args": {"group": key, "collective_seq_id": seq,
+                             "profiling_name": sig.profiling_name, "sizes": sig.sizes_text(),
+                             "finished": finished, "stuck": is_stuck},
+                }
+                if is_stuck:
+                    ev["cname"] = "terrible"
+                events.append(ev)
+                if seq > top:
+                    anchors.setdefault((key, seq), []).append((r, ts + 0.0005))
+    flow_id = 0
+    for (key, seq), points in sorted(anchors.items()):
+        tid = tids.get(key, 0)
+        points.sort()
+        for (ra, ta), (rb, tb) in pairwise(points):
+            flow_id += 1
+            name = f"{key} #{seq}"
+            events.append({"ph": "s", "id": flow_id, "pid": ra, "tid": tid, "ts": ta,
+                           "name": name, "cat": "match", "bp": "e"})
+            events.append({"ph": "f", "id": flow_id, "pid": rb, "tid": tid, "ts": tb,
+                           "name": name, "cat": "match", "bp": "e"})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"format": "commscope.analysis/1", "verdict": a.verdict,
+                      "root_cause": a.findings[0].message if a.findings else ""},
+    }
+
+
+def write_perfetto(a: Analysis, path: str | os.PathLike[str], **caps: int) -> None:
+    """Write :func:`perfetto_trace` to ``path``."""
+    _write(path, json.dumps(perfetto_trace(a, **caps), separators=(",", ":")))
+
+
+def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) -> dict[str, Any]:
+    """Compact timeline for the HTML drawing: newest records of the most relevant ranks."""
+    t0, horizon = _horizon(a)
+    stuck = _stuck_keys(a)
+    lanes = []
+    for r in _chosen_ranks(a, max_ranks):
+        d = a.load.dumps[r]
+        for key in sorted(d.tracks):
+            t = d.tracks[key]
+            items = []
+            for i, start, end, finished in _slices(t, horizon, max_per_track):
+                sig = a.load.sigs.sigs[t.sig[i]]
+                seq = t.lo + i
+                items.append([round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
+                              f"{sig.op} #{seq}", int(not finished and (key, seq) in stuck)])
+            if items:
+                lanes.append({"rank": r, "group": key, "items": items})
+    return {"span_us": round((horizon - t0) / 1e3, 1), "lanes": lanes}
+
+
+def _group_table(a: Analysis) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted(a.views, key=lambda k: (len(k), k))[:500]:
+        v = a.views[key]
+        spans = list(v.spans.values())
+        f = v.frontier
+        rows.append({
+            "name": v.group.name, "desc": v.group.desc, "ranks": rank_list(v.group.ranks, 6),
+            "membership": v.group.membership,
+            "recorded": (f"#{min(lo for lo, _ in spans)}-#{max(hi for _, hi in spans)}"
+                         if spans and max(hi for _, hi in spans) > 0 else ""),
+            "compared": v.checked, "mismatches": len(v.mismatches) + v.more_mismatches,
+            "frontier": (f"#{f.seq}: waiting {rank_list(f.waiting, 4)}, never came "
+                         f"{rank_list(f.lack, 4)}" if f else ""),
+            "nodump": rank_list(v.nodump, 6) if v.nodump else "",
+        })
+    return rows
+
+
+def _asset(name: str) -> str:
+    return resources.files("commscope").joinpath("viewer", name).read_text(encoding="utf-8")
+
+
+def html_report(a: Analysis, title: str | None = None) -> str:
+    """The analysis as one self-contained HTML page (see module doc)."""
+    data = {
+        "analysis": a.to_json(),
+        "kinds": [f.kind for f in a.findings],
+        "blocking": [f.blocking for f in a.findings],
+        "groups": _group_table(a),
+        "timeline": timeline_data(a),
+        "source": a.load.root,
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "elapsed_s": round(a.elapsed_s, 3),
+    }
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace(
+        "<!--", "<\\!--")
+    page_title = html.escape(title or f"commscope analysis: {a.verdict}")
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{page_title}</title>\n<style>\n{_asset('report.css')}\n</style></head>\n"
+        "<body><main id=\"app\"><noscript>This report needs JavaScript to draw; the raw "
+        "analysis is in the page source.</noscript></main>\n"
+        f"<script type=\"application/json\" id=\"commscope-data\">{payload}</script>\n"
+        f"<script>\n{_asset('report.js')}\n</script>\n</body></html>\n"
+    )
+
+
+def write_html(a: Analysis, path: str | os.PathLike[str], title: str | None = None) -> None:
+    """Write :func:`html_report` to ``path``."""
+    _write(path, html_report(a, title))

@@ -1,0 +1,370 @@
+"""Turn one unpickled dump into a compact :class:`~commscope.analyze.model.RankDump`.
+
+Algorithm (:func:`extract_dump`):
+
+1. Check the top level: a dict with ``version``/``entries`` (or a pre-2.0 bare list of
+   entries); anything else is a foreign file (:class:`DumpError`). Top-level fields of
+   the wrong type are noted as problems and ignored. The rank is the file's own
+   ``rank`` field when present, else the number in the file name.
+2. Read the records into columns (:func:`commscope.analyze.records.record_columns`).
+3. Intern signatures within the file (``marshal`` key → local id, C-level
+   ``dict.fromkeys``); decode each distinct one once.
+4. Split records into p2p ops and per-group **dense** :class:`Track` columns: index
+   ``i`` is sequence number ``lo + i``; a sequence number the rank skipped inside its
+   range is a ``GAP``; records sharing one sequence number (coalesced) become one
+   composite signature. A hostile sequence number far from the rest cannot blow up
+   the dense range: only the newest cluster (gaps ≤ 64) is kept, the rest reported.
+5. :func:`finish_sigs` (in the parent process) maps local ids onto the shared
+   :class:`SigTable` and fills each track's match-key column.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import compress, islice, repeat
+from operator import add, and_, lt, not_
+from typing import Any
+
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
+from commscope.analyze.records import (
+    R_CREATED,
+    R_DUR,
+    R_IDT,
+    R_IN,
+    R_ISP2P,
+    R_NAME,
+    R_ODT,
+    R_OUT,
+    R_P2PSEQ,
+    R_PEER,
+    R_PG,
+    R_PGID,
+    R_RECORD,
+    R_RETIRED,
+    R_SEQ,
+    R_STATE,
+    R_TDONE,
+    R_TSTART,
+    STATE_BITS,
+    record_columns,
+    short,
+)
+from commscope.analyze.signature import coalesced_key, decode_sig, match_key, sig_key
+
+__all__ = ["DumpError", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
+
+COMMSCOPE_FORMAT_PREFIX = "commscope.flight/"
+_RANKS_TEXT = re.compile(r"^\[\s*(\d+\s*(?:,\s*\d+\s*)*)?\]$")
+_MAX_GAP = 64
+_DONE = RETIRED | COMPLETED
+_P2P_OPS = ("send", "recv")
+
+
+class DumpError(Exception):
+    """A file that cannot be used at all; the message says why."""
+
+
+def _parse_ranks(text: Any) -> tuple[int, ...] | None:
+    if type(text) is str and len(text) < 10_000_000 and _RANKS_TEXT.match(text):
+        return tuple(sorted({int(x) for x in re.findall(r"\d+", text)}))
+    if isinstance(text, list) and all(type(x) is int and x >= 0 for x in text):
+        return tuple(sorted(set(text)))
+    return None
+
+
+def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
+    for key, attr, types in (
+        ("world_size", "world_size", (int,)), ("hostname", "hostname", (str,)),
+        ("pid", "pid", (int,)), ("dump_reason", "dump_reason", (str,)),
+        ("dump_time_ns", "dump_time_ns", (int,)),
+    ):
+        if key in data and data[key] is not None:
+            value = data[key]
+            if type(value) in types and (type(value) is not int or 0 <= value < 2**63):
+                setattr(dump, attr, value)
+            else:
+                problems.append(f"{key} is {short(value)}, ignored")
+    if dump.world_size is not None and dump.world_size < 1:
+        problems.append(f"world_size is {dump.world_size}, ignored")
+        dump.world_size = None
+    config = data.get("pg_config")
+    if isinstance(config, dict):
+        for name, value in config.items():
+            if not isinstance(value, dict):
+                continue
+            ranks = _parse_ranks(value.get("ranks"))
+            if name == "" and ranks:
+                dump.world_hint = ranks  # gloo 2.13: the default group's ranks under ''
+            elif type(name) is str and name and ranks and value.get("name", name) == name:
+                dump.config[name] = ranks
+    elif config is not None:
+        problems.append(f"pg_config is {short(config)}, expected a dict; ignored")
+    status = data.get("pg_status")
+    if isinstance(status, dict):
+        for key, value in status.items():
+            try:
+                pg_id = int(key)
+                dump.pg_status[pg_id] = tuple(  # type: ignore[assignment]
+                    int(value[k]) for k in ("last_enqueued_collective",
+                                            "last_started_collective",
+                                            "last_completed_collective"))
+            except (TypeError, ValueError, KeyError, OverflowError):
+                problems.append(f"pg_status[{short(key)}] is {short(value)}, ignored")
+
+
+def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
+    """Build the :class:`RankDump` of one file's unpickled content (see module doc)."""
+    if isinstance(data, list):
+        data = {"version": "1.0", "entries": data}
+    if not isinstance(data, dict):
+        raise DumpError(f"foreign file: holds {type(data).__name__} {short(data)}, expected "
+                        "a dict with 'version' and 'entries'")
+    if "entries" not in data and "version" not in data:
+        keys = ", ".join(sorted(repr(k) for k in list(data)[:6]))
+        raise DumpError(f"foreign file: a dict without 'version' or 'entries' (keys: {keys})")
+    fmt = data.get("commscope_format")
+    ours = type(fmt) is str and fmt.startswith(COMMSCOPE_FORMAT_PREFIX)
+    source = "commscope" if ours else "pytorch"
+    inner = data.get("rank")
+    if type(inner) is int and 0 <= inner < 2**31:
+        rank = inner
+    elif name_rank is not None:
+        rank = name_rank
+    else:
+        raise DumpError("no rank: the file has no 'rank' field and its name no rank number")
+    version = data.get("version")
+    problems: list[str] = []
+    if type(version) is not str:
+        problems.append(f"version is {short(version)}, expected text like '2.10'")
+        version = "?"
+    dump = RankDump(rank=rank, path=path, source=source, version=version)
+    _top_level(data, dump, problems)
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        problems.append(f"entries is {short(entries)}, expected a list; no records used")
+        entries = []
+    counted: Counter[str] = Counter()
+    cols, kept = record_columns(entries, counted)
+    problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
+    _build(dump, cols, problems)
+    if kept is not None:
+        _renumber(dump, kept)
+    dump.problems = problems
+    return dump
+
+
+def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
+    n = len(cols[R_SEQ])
+    dump.n_entries = n
+    dump.sig_keys, dump.local_sigs = [], []
+    if n == 0:
+        return
+    fields = (cols[R_NAME], cols[R_IN], cols[R_OUT], cols[R_IDT], cols[R_ODT])
+    try:
+        keys = list(map(sig_key, *fields))
+    except (ValueError, TypeError, RecursionError):
+        keys = [_safe_key(*v) for v in zip(*fields)]
+    uniq = dict.fromkeys(keys)
+    local = {k: i for i, k in enumerate(uniq)}
+    sid = list(map(local.__getitem__, keys))
+    sigs = [decode_sig(k) for k in uniq]
+    counts = Counter(sid) if any(s.problem for s in sigs) else Counter()
+    for i, s in enumerate(sigs):
+        if s.problem:
+            problems.append(f"{counts[i]} record(s): {s.problem} (sizes not compared)")
+    dump.sig_keys, dump.local_sigs = list(uniq), sigs
+    status = list(map(add, map(STATE_BITS.__getitem__, cols[R_STATE]), cols[R_RETIRED]))
+    names = [pg[0] for pg in cols[R_PG]] if len(set(cols[R_PG])) > 1 else [cols[R_PG][0][0]] * n
+    for name, desc in sorted(set(cols[R_PG])):
+        dump.group_desc.setdefault(name, desc)
+    for name, pg_id in sorted(set(zip(names, cols[R_PGID]))):
+        if pg_id >= 0:
+            dump.group_pg_id.setdefault(name, pg_id)
+    sig_p2p = [s.op in _P2P_OPS for s in sigs]
+    is_p2p = None
+    if any(cols[R_ISP2P]) or any(sig_p2p):
+        is_p2p = [a or sig_p2p[s] for a, s in zip(cols[R_ISP2P], sid)]
+    last_name = sigs[sid[-1]].profiling_name
+    dump.backend = last_name.partition(":")[0] if ":" in last_name else ""
+    buckets: dict[str, list[int]] = {}
+    if is_p2p is None and len(set(names)) == 1:
+        buckets[names[0]] = list(range(n))
+    else:
+        for i, name in enumerate(names):
+            if is_p2p is not None and is_p2p[i]:
+                continue
+            buckets.setdefault(name, []).append(i)
+    for name, idx in buckets.items():
+        dump.tracks[name] = _track(idx, cols, sid, status, dump, problems)
+    if is_p2p is not None:
+        for i in compress(range(n), is_p2p):
+            sig = sigs[sid[i]]
+            parsed = _p2p_parts(sig)
+            if parsed is None:
+                continue
+            peer = cols[R_PEER][i]
+            dump.p2p.append(P2POp(
+                group=names[i], p2p_seq=cols[R_P2PSEQ][i], op=sig.op,
+                peer=peer if type(peer) is int and peer >= 0 else None,
+                local_src=parsed[0], local_dst=parsed[1], sig=sid[i], status=status[i],
+                created=cols[R_CREATED][i], index=i,
+            ))
+    seqs = cols[R_SEQ]
+    for i in compress(range(n), map(not_, map(and_, status, repeat(_DONE)))):
+        p2p = is_p2p is not None and is_p2p[i]
+        dump.pending.append((names[i], -1 if p2p else seqs[i], i))
+    last_p2p = is_p2p is not None and is_p2p[-1]
+    dump.last = (names[-1], -1 if last_p2p else seqs[-1], n - 1)
+    dump.first_record_id = cols[R_RECORD][0]
+    dump.first_created_ns = cols[R_CREATED][0]
+    dump.wrapped = cols[R_RECORD][0] > 0
+
+
+def _renumber(dump: RankDump, kept: list[int]) -> None:
+    """Point record indices back at positions in the file after records were dropped."""
+    for track in dump.tracks.values():
+        track.index = array("l", [kept[i] if i >= 0 else -1 for i in track.index])
+    for op in dump.p2p:
+        op.index = kept[op.index]
+    dump.pending = [(g, s, kept[i]) for g, s, i in dump.pending]
+    if dump.last is not None:
+        g, s, i = dump.last
+        dump.last = (g, s, kept[i])
+
+
+def _safe_key(*fields: Any) -> bytes:
+    try:
+        return sig_key(*fields)
+    except (ValueError, TypeError, RecursionError):
+        name = fields[0] if type(fields[0]) is str else "unknown"
+        return sig_key(name, None, None, None, None)
+
+
+def _p2p_parts(sig: Sig) -> tuple[int | None, int | None] | None:
+    from commscope.collectives import parse_profiling_name
+
+    if sig.op not in _P2P_OPS:
+        return None
+    parsed = parse_profiling_name(sig.profiling_name)
+    return parsed.src, parsed.dst
+
+
+def _opt_times(values: Sequence[Any]) -> array | None:
+    if all(v is None or v == 0 for v in values):
+        return None
+    return array("q", [-1 if v is None or v == 0 else v for v in values])
+
+
+def _track(idx: list[int], cols: list[Any], sid: list[int], status: list[int],
+           dump: RankDump, problems: list[str]) -> Track:
+    seq_col = cols[R_SEQ]
+    seqs = list(map(seq_col.__getitem__, idx))
+    if seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
+        take = idx
+        lo = seqs[0]
+        sig = array("l", map(sid.__getitem__, take))
+        stat = array("b", map(status.__getitem__, take))
+    else:
+        lo, take, sig, stat = _densify(idx, seqs, sid, status, dump, problems)
+    pick = [-1 if i is None else i for i in take]
+    created_col = cols[R_CREATED]
+    track = Track(
+        lo=lo, sig=sig, status=stat,
+        created=array("q", [created_col[i] if i >= 0 else 0 for i in pick]),
+        index=array("l", pick),
+    )
+    for attr, col in (("started", R_TSTART), ("completed", R_TDONE)):
+        c = cols[col]
+        setattr(track, attr, _opt_times([c[i] if i >= 0 else None for i in pick]))
+    durs = [cols[R_DUR][i] if i >= 0 else None for i in pick]
+    if any(d is not None for d in durs):
+        track.duration_us = array("d", [-1.0 if d is None else float(d) * 1000.0 for d in durs])
+    return track
+
+
+def _densify(idx: list[int], seqs: list[int], sid: list[int], status: list[int],
+             dump: RankDump, problems: list[str]) -> tuple[int, list[Any], array, array]:
+    by_seq: dict[int, list[int]] = {}
+    for i, s in zip(idx, seqs):
+        by_seq.setdefault(s, []).append(i)
+    ordered = sorted(by_seq)
+    start = len(ordered) - 1
+    while start > 0 and ordered[start] - ordered[start - 1] <= _MAX_GAP:
+        start -= 1
+    if start > 0:
+        dropped = sum(len(by_seq[s]) for s in ordered[:start])
+        problems.append(f"{dropped} record(s) with collective_seq_id far below the rest "
+                        f"(e.g. {ordered[0]} vs {ordered[start]}) ignored")
+        ordered = ordered[start:]
+    lo, hi = ordered[0], ordered[-1]
+    sig = array("l")
+    stat = array("b")
+    take: list[Any] = []
+    assert dump.sig_keys is not None and dump.local_sigs is not None
+    for s in range(lo, hi + 1):
+        members = by_seq.get(s)
+        if not members:
+            sig.append(GAP)
+            stat.append(0)
+            take.append(None)
+        elif len(members) == 1:
+            sig.append(sid[members[0]])
+            stat.append(status[members[0]])
+            take.append(members[0])
+        else:
+            key = coalesced_key(tuple(dump.sig_keys[sid[m]] for m in members))
+            member_ids = tuple(sid[m] for m in members)
+            try:
+                cid = dump.sig_keys.index(key)
+            except ValueError:
+                cid = len(dump.sig_keys)
+                dump.sig_keys.append(key)
+                ops = {dump.local_sigs[m].op for m in member_ids}
+                dump.local_sigs.append(Sig(
+                    profiling_name=f"coalesced({len(members)})",
+                    op=ops.pop() if len(ops) == 1 else "coalesced",
+                    input_sizes=None, output_sizes=None, input_dtypes=None,
+                    output_dtypes=None, members=member_ids,
+                ))
+            sig.append(cid)
+            st = 7
+            for m in members:
+                st &= status[m]
+            stat.append(st)
+            take.append(members[0])
+    return lo, take, sig, stat
+
+
+def finish_sigs(dump: RankDump, table: SigTable) -> None:
+    """Map the dump's local signature ids onto ``table`` and fill match-key columns."""
+    keys, local = dump.sig_keys or [], dump.local_sigs or []
+    remap: list[int] = []
+    mk_of: list[int] = []
+    for key, sig in zip(keys, local):
+        gid = table.keys.get(key)
+        if gid is None:
+            if sig.members:
+                members = tuple(remap[m] for m in sig.members)
+                sig = replace(sig, members=members)
+                parts = tuple(table.match_values[table.match_keys[m]] for m in members)
+                value = match_key(sig, parts)
+            else:
+                value = match_key(sig)
+            gid = table.add(key, sig, table.match_id(value))
+        remap.append(gid)
+        mk_of.append(table.match_keys[gid])
+    remap.append(GAP)
+    mk_of.append(GAP)
+    for track in dump.tracks.values():
+        local_ids = track.sig
+        track.sig = array("l", map(remap.__getitem__, local_ids))
+        track.mk = array("l", map(mk_of.__getitem__, local_ids))
+    for op in dump.p2p:
+        op.sig = remap[op.sig]
+    dump.sig_keys = None
+    dump.local_sigs = None
+

@@ -1,0 +1,336 @@
+"""Find and read every rank's dump safely; one bad file never sinks the rest.
+
+Algorithm (:func:`load_dumps`):
+
+1. **Discover** (:func:`discover`). A file argument is one dump. In a folder, every file
+   whose name ends in a rank number, optionally followed by ``.json``, ``.pkl`` or
+   ``.pickle`` and ``.gz`` (``rank_3``, ``nccl_trace_rank_3``, ``comm_lib_trace_rank_3``,
+   ``rank_3.json.gz``), is a candidate; sub-folders are searched too (torchtitan writes
+   ``<dump_folder>/comm_traces/rank_<N>``). With ``prefix`` only names (or paths
+   relative to the folder) that start with it count, and the rank is the number right
+   after it. Other files are listed as ignored.
+2. **Read** (:func:`read_dump_file`): gzip is recognised by its magic bytes, JSON by a
+   leading ``{``, a pickle by its protocol-2+ header. Pickles go through
+   :class:`SafeUnpickler`, which refuses every import, so a hostile file cannot run code.
+   Empty, truncated, corrupt, foreign (not a flight-recorder dict) files raise
+   :class:`DumpError` with the reason.
+3. **Extract** each dict into a compact :class:`~commscope.analyze.model.RankDump`
+   (:func:`commscope.analyze.extract.extract_dump`); the rank inside the file wins over
+   the one in its name.
+4. With many files, steps 2-3 run in a pool of worker processes (``jobs``); workers send
+   back compact columns, never the raw entries.
+5. **Merge**: signatures are interned into one table; two files claiming one rank keep
+   the one with the later dump time, then more records, then the smaller path, and
+   the other is reported as a duplicate. The result never depends on listing order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import multiprocessing
+import os
+import pickle
+import re
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from commscope.analyze.extract import DumpError, extract_dump, finish_sigs
+from commscope.analyze.model import LoadResult, RankDump, SigTable, Unreadable
+
+__all__ = [
+    "DumpError",
+    "SafeUnpickler",
+    "discover",
+    "read_dump_file",
+    "load_file",
+    "load_dumps",
+]
+
+logger = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>(?:\.(?:json|pkl|pickle))?(?:\.gz)?)$")
+_PARALLEL_MIN_FILES = 64
+_MAX_DEPTH = 3
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """An unpickler for plain data only: dict, list, tuple, str, int, float, bool, None.
+
+    Those are built by opcodes alone; anything else needs an import (``find_class``),
+    which is always refused, so no constructor or function named in the file can run.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Refuse every global: flight-recorder dumps never need one."""
+        raise pickle.UnpicklingError(
+            f"refused to import {module}.{name}: a flight-recorder dump holds only plain "
+            "data, so this file is not one (or was tampered with)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        """Refuse persistent ids (used by torch.save, never by dumps)."""
+        raise pickle.UnpicklingError("refused a persistent id: not a flight-recorder dump")
+
+
+def _describe_start(head: bytes) -> str:
+    return repr(head[:8])
+
+
+def _open_payload(raw: io.BufferedReader, path: str) -> tuple[io.BufferedReader, bool]:
+    """Unwrap gzip when the magic says so; return a peekable stream and whether it was gz."""
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), 1 << 20), True  # type: ignore[arg-type]
+    return raw, False
+
+
+def read_dump_file(path: str | os.PathLike[str]) -> Any:
+    """Read one dump file (pickle or JSON, optionally gzip) into plain Python data.
+
+    Raises :class:`DumpError` naming what is wrong: empty, truncated, corrupt gzip,
+    invalid JSON, a pickle that wants to import something, or bytes that are neither.
+    """
+    p = os.fspath(path)
+    try:
+        size = os.path.getsize(p)
+    except OSError as exc:
+        raise DumpError(f"cannot read: {exc.strerror or exc}") from None
+    if size == 0:
+        raise DumpError("empty file (0 bytes)")
+    try:
+        with open(p, "rb", buffering=1 << 20) as raw:
+            stream, gz = _open_payload(raw, p)
+            head = stream.peek(16)[:16]
+            if not head:
+                raise DumpError("empty after gzip decompression")
+            first = head.lstrip()[:1]
+            if first in (b"{", b"["):
+                try:
+                    return json.loads(stream.read())
+                except UnicodeDecodeError:
+                    raise DumpError("starts like JSON but is not UTF-8 text") from None
+                except (ValueError, RecursionError) as exc:
+                    raise DumpError(f"invalid JSON: {exc}") from None
+            if head[:1] != b"\x80" or head[1:2] not in (b"\x02", b"\x03", b"\x04", b"\x05"):
+                what = "gzip data" if gz else "file"
+                raise DumpError(
+                    f"not a flight-recorder dump: {what} starts with {_describe_start(head)}, "
+                    "expected a pickle (protocol 2+) or JSON"
+                )
+            try:
+                data = SafeUnpickler(stream).load()
+            except EOFError:
+                raise DumpError(
+                    f"truncated pickle ({size} bytes on disk): the writer was cut off"
+                ) from None
+            except pickle.UnpicklingError as exc:
+                text = str(exc)
+                if "truncated" in text:
+                    raise DumpError(f"truncated pickle ({size} bytes on disk)") from None
+                raise DumpError(f"corrupt pickle: {text}") from None
+            except (gzip.BadGzipFile, zlib.error) as exc:
+                raise DumpError(f"corrupt gzip data: {exc}") from None
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                    MemoryError, RecursionError, OverflowError) as exc:
+                raise DumpError(f"corrupt pickle: {type(exc).__name__}: {exc}") from None
+            return data
+    except DumpError:
+        raise
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise DumpError(f"corrupt gzip data: {exc}") from None
+    except EOFError:
+        raise DumpError("truncated gzip stream (compressed file ended early)") from None
+    except OSError as exc:
+        raise DumpError(f"cannot read: {exc.strerror or exc}") from None
+
+
+def discover(
+    path: str | os.PathLike[str], prefix: str | None = None
+) -> tuple[list[tuple[str, int | None]], list[str]]:
+    """List candidate dump files under ``path`` with the rank their name gives.
+
+    Returns ``(candidates, ignored)``; candidates are ``(path, rank_from_name)`` sorted
+    by path. Raises ``FileNotFoundError`` when ``path`` does not exist.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(f"{root} does not exist")
+    if root.is_file():
+        m = _NAME.match(root.name)
+        return [(str(root), int(m.group("rank")) if m else None)], []
+    candidates: list[tuple[str, int | None]] = []
+    ignored: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        depth = 0 if str(rel_dir) == "." else len(rel_dir.parts)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and depth < _MAX_DEPTH)
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = name if depth == 0 else (rel_dir / name).as_posix()
+            rank = _rank_from_name(name, rel, prefix)
+            if rank is _NO_MATCH:
+                if not name.startswith("."):
+                    ignored.append(full)
+                continue
+            candidates.append((full, rank))  # type: ignore[arg-type]
+    candidates.sort()
+    return candidates, sorted(ignored)
+
+
+_NO_MATCH = object()
+
+
+def _rank_from_name(name: str, rel: str, prefix: str | None) -> object:
+    if prefix:
+        for text in (rel, name):
+            if text.startswith(prefix):
+                m = _NAME.match(text[len(prefix):]) if text != prefix else None
+                if m and not m.group("stem"):
+                    return int(m.group("rank"))
+                return None  # claimed by the prefix, but no rank number after it
+        return _NO_MATCH
+    m = _NAME.match(name)
+    if not m or name.endswith((".py", ".txt", ".html", ".md")):
+        return _NO_MATCH
+    return int(m.group("rank"))
+
+
+def load_file(path: str, name_rank: int | None) -> RankDump | Unreadable:
+    """Read and extract one file; never raises for bad content."""
+    try:
+        data = read_dump_file(path)
+        return extract_dump(data, path, name_rank)
+    except DumpError as exc:
+        return Unreadable(path, str(exc), name_rank)
+    except Exception as exc:  # a bug of ours must not sink the other files
+        logger.exception("unexpected error while reading %s", path)
+        return Unreadable(
+            path, f"internal error while reading ({type(exc).__name__}: {exc})", name_rank
+        )
+
+
+def _load_chunk(chunk: Sequence[tuple[str, int | None]]) -> list[RankDump | Unreadable]:
+    return [load_file(p, r) for p, r in chunk]
+
+
+def _default_jobs(n_files: int) -> int:
+    if n_files < _PARALLEL_MIN_FILES:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
+
+
+def _iter_loaded(
+    files: Sequence[tuple[str, int | None]], jobs: int
+) -> Iterable[list[RankDump | Unreadable]]:
+    if jobs <= 1 or len(files) < 2:
+        for item in files:
+            yield _load_chunk([item])
+        return
+    chunk = max(1, min(32, len(files) // (jobs * 8) or 1))
+    chunks = [files[i:i + chunk] for i in range(0, len(files), chunk)]
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    with ctx.Pool(jobs) as pool:
+        yield from pool.imap_unordered(_load_chunk, chunks)
+
+
+def load_dumps(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    prefix: str | None = None,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> LoadResult:
+    """Load every rank's dump under ``path`` (a folder, one file, or a list of files).
+
+    ``jobs`` worker processes read files in parallel (default: one per CPU, up to 8,
+    when there are at least 64 files). ``progress(done, total)`` is called as files
+    are read. Unreadable files are listed in ``LoadResult.unreadable`` with the reason.
+    """
+    ignored: list[str] = []
+    if isinstance(path, (str, os.PathLike)):
+        files, ignored = discover(path, prefix)
+        root = os.fspath(path)
+    else:
+        files = []
+        for p in path:
+            found, skipped = discover(p, prefix)
+            files.extend(found)
+            ignored.extend(skipped)
+        files.sort()
+        root = os.path.commonpath([os.fspath(p) for p in path]) if path else ""
+    n_jobs = _default_jobs(len(files)) if jobs is None else max(1, int(jobs))
+    table = SigTable()
+    unreadable: list[Unreadable] = []
+    by_rank: dict[int, list[RankDump]] = {}
+    done = 0
+    if progress:
+        progress(0, len(files))
+    for batch in _iter_loaded(files, n_jobs):
+        for item in batch:
+            if isinstance(item, Unreadable):
+                unreadable.append(item)
+            else:
+                finish_sigs(item, table)
+                by_rank.setdefault(item.rank, []).append(item)
+                if item.problems:
+                    unreadable.append(Unreadable(item.path, _partial_text(item), item.rank))
+        done += len(batch)
+        if progress:
+            progress(done, len(files))
+    dumps: dict[int, RankDump] = {}
+    for rank in sorted(by_rank):
+        chosen, *others = sorted(by_rank[rank], key=_preference)
+        dumps[rank] = chosen
+        for other in others:
+            unreadable.append(Unreadable(
+                other.path,
+                f"duplicate dump of rank {rank}: kept {chosen.path} "
+                f"({_why_kept(chosen, other)})",
+                rank,
+            ))
+    _share_columns(dumps)
+    unreadable.sort(key=lambda u: u.file)
+    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root)
+
+
+def _partial_text(dump: RankDump) -> str:
+    shown = "; ".join(dump.problems[:3])
+    more = f" (+{len(dump.problems) - 3} more)" if len(dump.problems) > 3 else ""
+    return f"partly used (rank {dump.rank}, {dump.n_entries} records kept): {shown}{more}"
+
+
+def _preference(d: RankDump) -> tuple[Any, ...]:
+    return (-(d.dump_time_ns or 0), -d.n_entries, len(d.problems), d.path)
+
+
+def _why_kept(chosen: RankDump, other: RankDump) -> str:
+    if (chosen.dump_time_ns or 0) != (other.dump_time_ns or 0):
+        return "its dump is newer"
+    if chosen.n_entries != other.n_entries:
+        return f"it holds more records: {chosen.n_entries} vs {other.n_entries}"
+    return "same content size; the first path in sorted order is kept"
+
+
+def _share_columns(dumps: dict[int, RankDump]) -> None:
+    """Make identical signature/status columns of different ranks one object (memory)."""
+    seen: dict[tuple[str, int, bytes], array] = {}
+    for d in dumps.values():
+        for track in d.tracks.values():
+            for name in ("sig", "status", "mk"):
+                col = getattr(track, name)
+                if col is None:
+                    continue
+                key = (name, track.lo, col.tobytes())
+                shared = seen.setdefault(key, col)
+                if shared is not col:
+                    setattr(track, name, shared)

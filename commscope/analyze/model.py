@@ -1,0 +1,268 @@
+"""Plain data the analyzer passes between its steps: loaded ranks, signatures, findings.
+
+Loading turns every rank's dump into a :class:`RankDump` whose collectives live in
+compact per-group columns (:class:`Track`, ``array`` objects, not one dict per entry), so
+thousands of ranks fit in memory. What a collective *is* (op, sizes, dtypes) is stored
+once in a :class:`SigTable` and referred to by an integer everywhere else.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "RETIRED",
+    "STARTED",
+    "COMPLETED",
+    "GAP",
+    "Sig",
+    "SigTable",
+    "Track",
+    "P2POp",
+    "RankDump",
+    "Unreadable",
+    "LoadResult",
+    "Group",
+    "Finding",
+]
+
+RETIRED = 1
+"""Status bit: the recorder retired the work (finished, with or without an error)."""
+STARTED = 2
+"""Status bit: the work was seen started (``state`` "started" or "completed")."""
+COMPLETED = 4
+"""Status bit: the work was seen completed (``state`` "completed")."""
+GAP = -1
+"""Signature id of a sequence number a rank skipped inside its recorded range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sig:
+    """What one collective call was: op, sizes and dtypes, decoded once per distinct call."""
+
+    profiling_name: str
+    """As recorded, e.g. ``gloo:all_reduce`` or ``nccl:send 0->1``."""
+    op: str
+    """Canonical name from :mod:`commscope.collectives`, else the raw op word."""
+    input_sizes: tuple[tuple[int, ...], ...] | None
+    """Shapes of the inputs; ``None`` when the record's sizes were unreadable."""
+    output_sizes: tuple[tuple[int, ...], ...] | None
+    input_dtypes: tuple[str, ...] | None
+    output_dtypes: tuple[str, ...] | None
+    members: tuple[int, ...] = ()
+    """For a coalesced group of records sharing one sequence number: their sig ids."""
+    problem: str | None = None
+    """Why part of the record could not be read (``None`` when all is well)."""
+
+    def sizes_text(self) -> str:
+        """``[[4]] Float`` style text for messages."""
+        if self.input_sizes is None:
+            return "unreadable sizes"
+        ins = [list(s) for s in self.input_sizes]
+        outs = [list(s) for s in self.output_sizes or ()]
+        dts = ", ".join(dict.fromkeys(self.input_dtypes or self.output_dtypes or ()))
+        text = f"{ins}" if not outs or outs == ins else f"{ins} -> {outs}"
+        return f"{text} {dts}".strip()
+
+
+class SigTable:
+    """Interning table of signatures: one id per distinct (name, sizes, dtypes) record."""
+
+    def __init__(self) -> None:
+        self.keys: dict[Any, int] = {}
+        self.sigs: list[Sig] = []
+        self.match_keys: list[int] = []
+        """Per sig id, the id of what must agree across ranks (``signature.match_key``)."""
+        self.match_ids: dict[Any, int] = {}
+        self.match_values: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.sigs)
+
+    def match_id(self, value: Any) -> int:
+        """Intern one match-key value; return its id."""
+        found = self.match_ids.get(value)
+        if found is None:
+            found = self.match_ids[value] = len(self.match_values)
+            self.match_values.append(value)
+        return found
+
+    def add(self, key: Any, sig: Sig, match_key: int) -> int:
+        """Intern ``key`` → ``sig``; return its id (the existing one if known)."""
+        found = self.keys.get(key)
+        if found is not None:
+            return found
+        sid = len(self.sigs)
+        self.keys[key] = sid
+        self.sigs.append(sig)
+        self.match_keys.append(match_key)
+        return sid
+
+
+@dataclass(slots=True)
+class Track:
+    """One rank's collectives in one group, dense by sequence number.
+
+    Index ``i`` holds ``collective_seq_id == lo + i``. Columns are ``array`` objects;
+    ``sig[i] == GAP`` when the rank has no record of that sequence number inside its
+    range. Timing columns are ``None`` when the dump had no such field.
+    """
+
+    lo: int
+    sig: array
+    """Signature ids (``array('l')``)."""
+    status: array
+    """Bits ``RETIRED | STARTED | COMPLETED`` (``array('b')``)."""
+    created: array
+    """``time_created_ns`` (``array('q')``)."""
+    index: array
+    """Position of the (first) record in the rank's ``entries`` list (``array('l')``)."""
+    started: array | None = None
+    completed: array | None = None
+    duration_us: array | None = None
+    mk: array | None = None
+    """Match-key ids, filled in after loading (``array('l')``)."""
+
+    @property
+    def hi(self) -> int:
+        """Last sequence number held (``lo - 1`` when empty)."""
+        return self.lo + len(self.sig) - 1
+
+    def __len__(self) -> int:
+        return len(self.sig)
+
+
+@dataclass(slots=True)
+class P2POp:
+    """One send or recv record."""
+
+    group: str
+    p2p_seq: int
+    op: str
+    """``send`` or ``recv``."""
+    peer: int | None
+    """Global rank of the other side when known (ours records it; native names hold
+    group-local ranks, resolved once membership is known)."""
+    local_src: int | None
+    local_dst: int | None
+    sig: int
+    status: int
+    created: int
+    index: int
+
+
+@dataclass(slots=True)
+class RankDump:
+    """Everything the analyzer keeps of one rank's dump."""
+
+    rank: int
+    path: str
+    source: str
+    """``"commscope"`` or ``"pytorch"``."""
+    version: str
+    world_size: int | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    dump_reason: str | None = None
+    dump_time_ns: int | None = None
+    n_entries: int = 0
+    first_record_id: int | None = None
+    first_created_ns: int | None = None
+    """``time_created_ns`` of the oldest record kept."""
+    wrapped: bool = False
+    """The ring dropped older records (first ``record_id`` > 0)."""
+    group_desc: dict[str, str] = field(default_factory=dict)
+    group_pg_id: dict[str, int] = field(default_factory=dict)
+    config: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Trustworthy ``pg_config`` memberships (group name → global ranks)."""
+    world_hint: tuple[int, ...] | None = None
+    """gloo's ``{'': {'ranks': '[0, …]'}}``: the default group's ranks, when not empty."""
+    pg_status: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    tracks: dict[str, Track] = field(default_factory=dict)
+    p2p: list[P2POp] = field(default_factory=list)
+    pending: list[tuple[str, int, int]] = field(default_factory=list)
+    """Unfinished collectives in record order: (group, seq, entry index); p2p use seq -1."""
+    last: tuple[str, int, int] | None = None
+    """The newest record: (group, seq or -1 for p2p, entry index)."""
+    backend: str = ""
+    problems: list[str] = field(default_factory=list)
+    """What was wrong in parts of the file that was otherwise used."""
+    sig_keys: list[Any] | None = None
+    """Local signature keys before the dump's sig ids are mapped to the shared table."""
+    local_sigs: list[Sig] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A file that was skipped or only partly used, and why."""
+
+    file: str
+    error: str
+    rank: int | None = None
+    """The rank the file was (or would have been) for, when known."""
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """What loading a folder of dumps gave."""
+
+    dumps: dict[int, RankDump]
+    unreadable: list[Unreadable]
+    sigs: SigTable
+    ignored: list[str] = field(default_factory=list)
+    """Files that do not look like rank dumps at all (no rank number in the name)."""
+    root: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One process group as the analyzer understands it."""
+
+    key: str
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    membership: str
+    """Where ``ranks`` came from: ``pg_config``, ``world`` or ``entries``."""
+
+    def label(self) -> str:
+        """``group 0 (default_pg, ranks 0-3)``."""
+        from commscope.analyze.text import rank_list
+
+        desc = f"{self.desc}, " if self.desc and self.desc != self.name else ""
+        return f"group {self.name} ({desc}ranks {rank_list(self.ranks)})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``group`` object of the analysis JSON."""
+        return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks)}
+
+
+@dataclass(slots=True)
+class Finding:
+    """One thing the analyzer concluded, worded for people and typed for programs."""
+
+    kind: str
+    group: Group | None
+    collective_seq_id: int | None
+    op: str | None
+    culprit_ranks: list[int]
+    waiting_ranks: list[int]
+    message: str
+    blocking: bool = False
+    """Part of why the job stopped (as opposed to a bug it survived, or a remark)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Extra facts for the text/HTML reports (not part of the JSON shape)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of ``findings`` in the analysis JSON."""
+        return {
+            "kind": self.kind,
+            "group": self.group.to_json() if self.group else None,
+            "collective_seq_id": self.collective_seq_id,
+            "op": self.op,
+            "culprit_ranks": sorted(self.culprit_ranks),
+            "waiting_ranks": sorted(self.waiting_ranks),
+            "message": self.message,
+        }

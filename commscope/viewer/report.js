@@ -1,0 +1,150 @@
+// commscope analysis report: renders the JSON embedded in #commscope-data.
+// Offline and self-contained; every value from the data goes through textContent.
+(function () {
+  "use strict";
+
+  var WORDS = {
+    healthy: "nothing is stuck and every rank agrees",
+    hang: "the job is stuck",
+    desync: "ranks disagreed about a collective that still completed",
+    crash: "a rank died or left no dump",
+    incomplete: "the dumps cannot decide"
+  };
+  var SVG_NS = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs, text) {
+    var node = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  }
+
+  function svg(tag, attrs) {
+    var node = document.createElementNS(SVG_NS, tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    return node;
+  }
+
+  function rankText(list) {
+    if (!list || !list.length) { return "none"; }
+    var out = [], start = list[0], prev = list[0];
+    for (var i = 1; i <= list.length; i++) {
+      var r = list[i];
+      if (r === prev + 1) { prev = r; continue; }
+      out.push(start === prev ? String(start) : start + "-" + prev);
+      start = prev = r;
+    }
+    return out.length > 12 ? out.slice(0, 12).join(", ") + ", ... (" + list.length + " ranks)" : out.join(", ");
+  }
+
+  function header(app, data) {
+    var a = data.analysis;
+    app.appendChild(el("h1", null, "commscope analysis"));
+    app.appendChild(el("p", { "class": "sub" },
+      (data.source || "") + " \u00b7 generated " + data.generated + " \u00b7 " + a.format));
+    var box = el("div", { "class": "verdict " + a.verdict, id: "verdict" });
+    box.appendChild(el("strong", null, a.verdict.toUpperCase()));
+    box.appendChild(el("span", null, WORDS[a.verdict] || ""));
+    app.appendChild(box);
+    var ranks = el("p", { "class": "ranks", id: "ranks" });
+    ranks.appendChild(el("span", null, "expected: " + rankText(a.ranks.expected)));
+    ranks.appendChild(el("span", null, "loaded: " + rankText(a.ranks.loaded)));
+    ranks.appendChild(el("span", null, "missing: " + rankText(a.ranks.missing)));
+    app.appendChild(ranks);
+  }
+
+  function findings(app, data) {
+    app.appendChild(el("h2", null, "Findings, root cause first"));
+    var list = el("ol", { "class": "findings", id: "findings" });
+    data.analysis.findings.forEach(function (f, i) {
+      var item = el("li", { "class": i === 0 ? "root" : "" });
+      item.appendChild(el("span", { "class": "kind" + (data.blocking[i] ? " blocking" : "") }, f.kind));
+      item.appendChild(el("span", { "class": "message" }, f.message));
+      var facts = [];
+      if (f.group) { facts.push("group " + f.group.name + (f.group.desc ? " (" + f.group.desc + ")" : "")); }
+      if (f.collective_seq_id !== null) { facts.push("#" + f.collective_seq_id); }
+      if (f.op) { facts.push(f.op); }
+      if (f.culprit_ranks.length) { facts.push("culprits " + rankText(f.culprit_ranks)); }
+      if (f.waiting_ranks.length) { facts.push("waiting " + rankText(f.waiting_ranks)); }
+      if (facts.length) { item.appendChild(el("div", { "class": "meta" }, facts.join(" \u00b7 "))); }
+      list.appendChild(item);
+    });
+    app.appendChild(list);
+  }
+
+  function table(app, title, id, columns, rows, empty) {
+    app.appendChild(el("h2", null, title));
+    if (!rows.length) { app.appendChild(el("p", { "class": "empty" }, empty)); return; }
+    var t = el("table", { id: id });
+    var head = el("tr");
+    columns.forEach(function (c) { head.appendChild(el("th", null, c[1])); });
+    t.appendChild(head);
+    rows.forEach(function (row) {
+      var tr = el("tr");
+      columns.forEach(function (c) {
+        tr.appendChild(el("td", c[2] ? { "class": "num" } : null, row[c[0]]));
+      });
+      t.appendChild(tr);
+    });
+    app.appendChild(t);
+  }
+
+  function timeline(app, data) {
+    app.appendChild(el("h2", null, "Timeline (newest records; red = stuck)"));
+    var wrap = el("div", { id: "timeline" });
+    app.appendChild(wrap);
+    var tl = data.timeline;
+    if (!tl.lanes.length) { wrap.appendChild(el("p", { "class": "empty" }, "no timed records")); return; }
+    var start = Infinity;
+    tl.lanes.forEach(function (lane) {
+      lane.items.forEach(function (it) { start = Math.min(start, it[0]); });
+    });
+    var end = tl.span_us, labelW = 150, width = 1100, laneH = 18;
+    var span = Math.max(end - start, 1);
+    var height = tl.lanes.length * laneH + 10;
+    var root = svg("svg", { viewBox: "0 0 " + width + " " + height, role: "img",
+      "aria-label": "timeline of collectives per rank and group" });
+    tl.lanes.forEach(function (lane, i) {
+      var y = 5 + i * laneH;
+      var label = svg("text", { x: 4, y: y + 12, "class": "lane-label" });
+      label.textContent = "rank " + lane.rank + " \u00b7 g " + lane.group;
+      root.appendChild(label);
+      lane.items.forEach(function (it) {
+        var x = labelW + (it[0] - start) / span * (width - labelW - 6);
+        var w = Math.max(1.5, it[1] / span * (width - labelW - 6));
+        var rect = svg("rect", { x: x.toFixed(1), y: y + 2, width: w.toFixed(1), height: laneH - 5,
+          "class": it[3] ? "stuck" : "ok" });
+        var tip = svg("title", {});
+        tip.textContent = it[2] + (it[3] ? " (stuck)" : "") + " \u00b7 " + it[1] + " \u00b5s";
+        rect.appendChild(tip);
+        root.appendChild(rect);
+      });
+    });
+    wrap.appendChild(root);
+  }
+
+  function render() {
+    var app = document.getElementById("app");
+    var data = JSON.parse(document.getElementById("commscope-data").textContent);
+    app.textContent = "";
+    header(app, data);
+    findings(app, data);
+    table(app, "Groups", "groups", [
+      ["name", "group"], ["desc", "desc"], ["ranks", "ranks"], ["membership", "membership from"],
+      ["recorded", "recorded"], ["compared", "compared", true], ["mismatches", "mismatches", true],
+      ["frontier", "stops at"], ["nodump", "no dump"]
+    ], data.groups, "no group recorded anything");
+    timeline(app, data);
+    table(app, "Files not used as they are", "unreadable", [["file", "file"], ["error", "why"]],
+      data.analysis.unreadable, "every file was read");
+    app.appendChild(el("p", { "class": "meta" }, "analyzed in " + data.elapsed_s + " s"));
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", render);
+  } else {
+    render();
+  }
+})();
