@@ -48,6 +48,8 @@ __all__ = ["CommDebugMode"]
 logger = logging.getLogger(__name__)
 
 _graph_task_id = torch._C._current_graph_task_id
+_fake_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 _HOP = object()
 _UNSEEN = object()
 # op overload -> None (plain op), _HOP, or registry.OpClass; shared by every instance.
@@ -154,7 +156,8 @@ class CommDebugMode(TorchDispatchMode):
         out = func(*args, **kwargs) if kwargs else func(*args)
         if cls is not None:
             self._count(cls, rec, phase, args, kwargs, out)
-        if self.record_ops:
+        if self.record_ops and _fake_mode(_FAKE) is None:
+            # Ops under a fake mode are DTensor's sharding propagation, not the model's.
             rec.ops.append((func, phase, None))
         return out
 

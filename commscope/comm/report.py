@@ -57,7 +57,9 @@ def format_bytes(n: int) -> str:
 
 
 def format_us(us: float) -> str:
-    """``0.31`` -> ``"0.31 us"``, ``12345.0`` -> ``"12.35 ms"``."""
+    """``0.0048`` -> ``"4.8 ns"``, ``0.31`` -> ``"0.31 us"``, ``12345.0`` -> ``"12.35 ms"``."""
+    if us < 0.1:
+        return f"{us * 1000:.1f} ns"
     if us < 10:
         return f"{us:.2f} us"
     if us < 10000:

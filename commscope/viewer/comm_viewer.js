@@ -59,6 +59,7 @@
 
   function formatUs(us) {
     if (us === null || us === undefined || !isFinite(us)) return "-";
+    if (us < 0.1) return (us * 1000).toFixed(1) + " ns";
     if (us < 10) return us.toFixed(2) + " us";
     if (us < 10000) return us.toFixed(1) + " us";
     return (us / 1000).toFixed(2) + " ms";

@@ -1,0 +1,171 @@
+"""CommDebugMode on real gloo ranks: the tutorial's table, and every eager collective.
+
+Each rank runs PyTorch's CommDebugMode and ours on the same calls and returns what both
+counted; the parent compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "comm"
+
+
+def _seed_rank(rank: int, world_size: int, out_dir: str) -> dict:
+    warnings.simplefilter("ignore")
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
+
+    from commscope.comm import CommDebugMode
+    from commscope.comm.examples import mlp_input, tp_mlp
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = tp_mlp(mesh)
+    inp = mlp_input()
+    with TorchCommDebugMode() as theirs:
+        model(inp)
+    comm_mode = CommDebugMode()
+    with comm_mode:
+        output = model(inp)
+    comm_mode.log_comm_debug_tracing_table_to_file(
+        file_name=os.path.join(out_dir, "log_{rank}.txt"), noise_level=0
+    )
+    comm_mode.generate_json_dump(file_name=os.path.join(out_dir, "comm_{rank}.json"), noise_level=2)
+    # A training loop in one block: PyTorch raises IndexError here.
+    with CommDebugMode() as loop:
+        for _ in range(2):
+            model(inp).sum().backward()
+    return {
+        "plain": comm_mode.generate_comm_debug_tracing_table(noise_level=0, color=False),
+        "ansi": comm_mode.generate_comm_debug_tracing_table(noise_level=0, color=True),
+        "theirs": theirs.generate_comm_debug_tracing_table(noise_level=0),
+        "records": [r.to_json() for r in comm_mode.records],
+        "loop": {str(k): v for k, v in loop.get_comm_counts().items()},
+        "shape": tuple(output.shape),
+        "same_output": bool(torch.equal(output, model(inp))),
+    }
+
+
+def test_seed_example_on_four_gloo_ranks(ranks, tmp_path):
+    results = ranks(_seed_rank, 4, str(tmp_path), timeout=90)
+    seed = (DATA / "seed_mlp_noise0.txt").read_text()
+    for rank, res in enumerate(results):
+        assert res["plain"] == seed, rank
+        assert res["ansi"] == res["theirs"], rank
+        assert (tmp_path / f"log_{rank}.txt").read_text() == seed
+        dump = json.loads((tmp_path / f"comm_{rank}.json").read_text())
+        assert dump["commscope"]["rank"] == rank and dump["commscope"]["world_size"] == 4
+        (record,) = res["records"]
+        assert (record["key"], record["module"], record["phase"]) == (
+            "c10d_functional.all_reduce",
+            "MLPModule.net2",
+            "forward",
+        )
+        assert record["bytes"] == 8 * 10 * 4 and record["group_size"] == 4
+        assert record["group_desc"] == "default_pg" and record["axis"] == "dim_0"
+        assert res["loop"] == {"c10d_functional.all_reduce": 2}
+        assert res["shape"] == (8, 10) and res["same_output"]
+
+
+def _calls(rank: int, world_size: int):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    group = dist.group.WORLD
+    t = torch.ones(4)
+
+    def p2p():
+        if rank == 0:
+            dist.send(torch.ones(4), 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+
+    return {
+        "all_reduce": lambda: dist.all_reduce(t),
+        "all_reduce async": lambda: dist.all_reduce(t, async_op=True).wait(),
+        "all_gather list": lambda: dist.all_gather([torch.zeros(4) for _ in range(world_size)], t),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(
+            torch.zeros(4 * world_size), t
+        ),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+            torch.zeros(4), torch.ones(4 * world_size)
+        ),
+        "broadcast": lambda: dist.broadcast(t, 0),
+        "reduce": lambda: dist.reduce(t, 0),
+        "gather": lambda: dist.gather(
+            t, [torch.zeros(4) for _ in range(world_size)] if rank == 0 else None, 0
+        ),
+        "scatter": lambda: dist.scatter(
+            t, [torch.ones(4) for _ in range(world_size)] if rank == 0 else None, 0
+        ),
+        "all_to_all_single": lambda: dist.all_to_all_single(
+            torch.zeros(4 * world_size), torch.ones(4 * world_size)
+        ),
+        "all_gather_object": lambda: dist.all_gather_object([None] * world_size, {"r": rank}),
+        "funcol.all_reduce": lambda: funcol.all_reduce(t, "sum", group).wait(),
+        "funcol.all_gather_tensor": lambda: funcol.all_gather_tensor(t, 0, group).wait(),
+        "funcol.all_reduce_coalesced": lambda: [
+            x.wait() for x in funcol.all_reduce_coalesced([t, t], "sum", group)
+        ],
+        "barrier": lambda: dist.barrier(),
+        "send/recv": p2p,
+        "in-place all_reduce_": lambda: torch.ops._c10d_functional.wait_tensor(
+            torch.ops._c10d_functional.all_reduce_(t, "sum", group.group_name)
+        ),
+    }
+
+
+def _probe_rank(rank: int, world_size: int) -> dict:
+    warnings.simplefilter("ignore")
+    from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
+
+    from commscope.comm import CommDebugMode
+
+    out = {}
+    for name, call in _calls(rank, world_size).items():
+        with TorchCommDebugMode() as theirs:
+            call()
+        with CommDebugMode() as ours:
+            call()
+        out[name] = {
+            "theirs": {str(k): v for k, v in theirs.get_comm_counts().items() if v},
+            "ours": {str(k): v for k, v in ours.get_comm_counts().items() if v},
+            "bytes": [r.bytes for r in ours.records],
+            "collectives": [r.collective for r in ours.records],
+        }
+    return out
+
+
+def test_eager_and_functional_collectives_on_gloo(ranks):
+    results = ranks(_probe_rank, 2, timeout=90)
+    not_counted_by_pytorch = {
+        "barrier": {"c10d.barrier": 1},
+        "in-place all_reduce_": {"_c10d_functional.all_reduce_": 1},
+    }
+    for rank, res in enumerate(results):
+        for name, got in res.items():
+            if name in not_counted_by_pytorch:
+                assert got["theirs"] == {}, name
+                assert got["ours"] == not_counted_by_pytorch[name], name
+            elif name == "send/recv":
+                assert got["theirs"] == {}
+                assert got["ours"] == ({"c10d.send": 1} if rank == 0 else {"c10d.recv_": 1})
+                assert got["bytes"] == [16] and got["collectives"] == [["send", "recv"][rank]]
+            else:
+                assert got["ours"] == got["theirs"] != {}, (rank, name, got)
+        assert res["all_reduce async"]["ours"] == {"c10d.allreduce_": 1}
+        assert res["all_gather_object"]["ours"] == {"c10d.allgather_": 2}
+        assert res["all_reduce"]["bytes"] == [16]
+        assert res["all_gather_into_tensor"]["bytes"] == [32]
+        assert res["reduce_scatter_tensor"]["bytes"] == [32]
+        assert res["funcol.all_gather_tensor"]["bytes"] == [32]
+        assert res["scatter"]["bytes"] == [16] and res["gather"]["bytes"] == [16]
