@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("expecttest")
 
-from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh
 
-from commscope.comm import CommDebugMode, format_table, load_json, trace_from_json  # noqa: E402
-from commscope.comm.examples import mlp_input, tp_mlp  # noqa: E402
-from commscope.comm.report import strip_ansi  # noqa: E402
-from commscope.comm.schema import SCHEMA_VERSION, trace_to_json  # noqa: E402
+from commscope.comm import CommDebugMode, format_table, load_json, trace_from_json
+from commscope.comm.examples import mlp_input, tp_mlp
+from commscope.comm.report import strip_ansi
+from commscope.comm.schema import SCHEMA_VERSION, trace_to_json
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
