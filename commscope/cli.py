@@ -139,6 +139,14 @@ def _run_view(args: argparse.Namespace) -> int:
             raise UsageError(f"no such file: {args.dump}") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UsageError(f"cannot read {args.dump} as JSON: {exc}") from None
+        from commscope.comm.schema import is_comm_dump
+
+        if not is_comm_dump(data):
+            got = f"keys {sorted(data)[:5]}" if isinstance(data, dict) else type(data).__name__
+            raise UsageError(
+                f"{args.dump} is not a CommDebugMode JSON dump (expected an object with "
+                f"'fqn' and 'children', got {got}); write one with generate_json_dump()"
+            )
     default = "commscope_viewer.html"
     if args.dump:
         default = os.path.splitext(args.dump)[0] + ".html"
