@@ -6,8 +6,9 @@ Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev 
 1. One process (``pid`` = rank) per rank, named by a ``process_name`` metadata event;
    one thread (``tid``) per group, named ``group <name> (<desc>)``.
 2. One complete event (``ph: "X"``, microseconds from the oldest record) per recorded
-   collective. It ends at the recorded completion when the dump has one, else at the
-   next record of the same track (an upper bound: gloo records no completion); an
+   collective. It ends at the recorded completion (``time_discovered_completed_ns`` or
+   ``duration_ms``, read back from the file) when the dump has one, else at the next
+   record of the same track (an upper bound: gloo records no completion); an
    unfinished record ends at the newest timestamp of the whole dump set. Slices never
    overlap inside a track.
 3. Unfinished records that are not known to have completed elsewhere are *stuck*:
@@ -34,6 +35,7 @@ from itertools import pairwise
 from typing import Any
 
 from commscope.analyze.analysis import Analysis
+from commscope.analyze.frames import FrameSource
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Track
 from commscope.analyze.text import rank_list
 
@@ -104,8 +106,25 @@ def _stuck_keys(a: Analysis) -> set[tuple[str, int]]:
     return stuck
 
 
-def _slices(t: Track, horizon: int, limit: int) -> list[tuple[int, int, int, bool]]:
-    """(index, start_ns, end_ns, finished) for the newest ``limit`` records of a track."""
+def _end_ns(entry: Any) -> int | None:
+    """When a record's collective ended, from the raw record (``None``: not recorded)."""
+    if not isinstance(entry, dict):
+        return None
+    done = entry.get("time_discovered_completed_ns")
+    if type(done) is int and done > 0:
+        return done
+    dur, created = entry.get("duration_ms"), entry.get("time_created_ns")
+    if type(dur) in (int, float) and type(created) is int and 0 <= dur < 1e9:
+        return created + int(dur * 1e6)
+    return None
+
+
+def _slices(t: Track, horizon: int, limit: int, raw: list[Any]
+            ) -> list[tuple[int, int, int, bool]]:
+    """(index, start_ns, end_ns, finished) for the newest ``limit`` records of a track.
+
+    ``raw`` is the rank's re-read record list, for completion times (may be empty).
+    """
     n = len(t)
     out = []
     valid = [i for i in range(max(0, n - limit), n) if t.sig[i] != GAP and t.created[i] > 0]
@@ -113,11 +132,10 @@ def _slices(t: Track, horizon: int, limit: int) -> list[tuple[int, int, int, boo
         start = t.created[i]
         nxt = t.created[valid[j + 1]] if j + 1 < len(valid) else None
         finished = bool(t.status[i] & _DONE)
-        end = None
-        if t.completed is not None and t.completed[i] > start:
-            end = t.completed[i]
-        elif t.duration_us is not None and t.duration_us[i] >= 0:
-            end = start + int(t.duration_us[i] * 1000)
+        pos = t.index[i]
+        end = _end_ns(raw[pos]) if 0 <= pos < len(raw) else None
+        if end is not None and end <= start:
+            end = None
         if end is None:
             end = nxt if nxt is not None else (horizon if not finished else start + 1000)
         if nxt is not None:
@@ -136,8 +154,10 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     events: list[dict[str, Any]] = []
     anchors: dict[tuple[str, int], list[tuple[int, float]]] = {}
     sigs = a.load.sigs.sigs
+    source = FrameSource(a.load)
     for r in ranks:
         d = a.load.dumps[r]
+        raw = source.entries(r)
         host = f" ({d.hostname})" if d.hostname else ""
         events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                        "args": {"name": f"rank {r}{host}"}})
@@ -151,7 +171,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
             events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
                            "args": {"name": f"group {key}{desc}"}})
             top = t.hi - flows_per_group
-            for i, start, end, finished in _slices(t, horizon, max_per_track):
+            for i, start, end, finished in _slices(t, horizon, max_per_track, raw):
                 seq = t.lo + i
                 sig = sigs[t.sig[i]]
                 is_stuck = not finished and (key, seq) in stuck
@@ -197,12 +217,14 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
     t0, horizon = _horizon(a)
     stuck = _stuck_keys(a)
     lanes = []
+    source = FrameSource(a.load)
     for r in _chosen_ranks(a, max_ranks):
         d = a.load.dumps[r]
+        raw = source.entries(r)
         for key in sorted(d.tracks):
             t = d.tracks[key]
             items = []
-            for i, start, end, finished in _slices(t, horizon, max_per_track):
+            for i, start, end, finished in _slices(t, horizon, max_per_track, raw):
                 sig = a.load.sigs.sigs[t.sig[i]]
                 seq = t.lo + i
                 items.append([round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),

@@ -20,10 +20,10 @@ Algorithm (:func:`extract_dump`):
 
 from __future__ import annotations
 
+import marshal
 import re
 from array import array
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 from itertools import compress, islice, repeat
 from operator import add, and_, lt, not_
@@ -32,7 +32,6 @@ from typing import Any
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
 from commscope.analyze.records import (
     R_CREATED,
-    R_DUR,
     R_IDT,
     R_IN,
     R_ISP2P,
@@ -47,11 +46,10 @@ from commscope.analyze.records import (
     R_RETIRED,
     R_SEQ,
     R_STATE,
-    R_TDONE,
-    R_TSTART,
     STATE_BITS,
     record_columns,
     short,
+    slow_columns,
 )
 from commscope.analyze.signature import coalesced_key, decode_sig, match_key, sig_key
 
@@ -119,6 +117,9 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
 def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
     """Build the :class:`RankDump` of one file's unpickled content (see module doc)."""
     if isinstance(data, list):
+        if data and not any(isinstance(e, dict) for e in data[:100]):
+            raise DumpError(f"foreign file: a list of {type(data[0]).__name__}, not "
+                            "flight-recorder records")
         data = {"version": "1.0", "entries": data}
     if not isinstance(data, dict):
         raise DumpError(f"foreign file: holds {type(data).__name__} {short(data)}, expected "
@@ -130,14 +131,17 @@ def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
     ours = type(fmt) is str and fmt.startswith(COMMSCOPE_FORMAT_PREFIX)
     source = "commscope" if ours else "pytorch"
     inner = data.get("rank")
+    problems: list[str] = []
     if type(inner) is int and 0 <= inner < 2**31:
         rank = inner
     elif name_rank is not None:
         rank = name_rank
+        if "rank" in data:
+            problems.append(f"rank is {short(inner)}, expected an int >= 0; the name's "
+                            f"rank {name_rank} is used")
     else:
         raise DumpError("no rank: the file has no 'rank' field and its name no rank number")
     version = data.get("version")
-    problems: list[str] = []
     if type(version) is not str:
         problems.append(f"version is {short(version)}, expected text like '2.10'")
         version = "?"
@@ -149,15 +153,25 @@ def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
         entries = []
     counted: Counter[str] = Counter()
     cols, kept = record_columns(entries, counted)
+    mark = len(problems)
+    try:
+        _build(dump, cols, problems, entries)
+    except OverflowError:  # an integer beyond 64 bits slipped through the fast path
+        del problems[mark:]
+        dump.tracks.clear()
+        dump.p2p.clear()
+        dump.pending.clear()
+        counted.clear()
+        cols, kept = slow_columns(entries, counted)
+        _build(dump, cols, problems, entries)
     problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
-    _build(dump, cols, problems)
     if kept is not None:
         _renumber(dump, kept)
     dump.problems = problems
     return dump
 
 
-def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
+def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[Any]) -> None:
     n = len(cols[R_SEQ])
     dump.n_entries = n
     dump.sig_keys, dump.local_sigs = [], []
@@ -165,7 +179,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
         return
     fields = (cols[R_NAME], cols[R_IN], cols[R_OUT], cols[R_IDT], cols[R_ODT])
     try:
-        keys = list(map(sig_key, *fields))
+        keys = list(map(marshal.dumps, zip(*fields), repeat(2)))
     except (ValueError, TypeError, RecursionError):
         keys = [_safe_key(*v) for v in zip(*fields)]
     uniq = dict.fromkeys(keys)
@@ -178,10 +192,12 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
             problems.append(f"{counts[i]} record(s): {s.problem} (sizes not compared)")
     dump.sig_keys, dump.local_sigs = list(uniq), sigs
     status = list(map(add, map(STATE_BITS.__getitem__, cols[R_STATE]), cols[R_RETIRED]))
-    names = [pg[0] for pg in cols[R_PG]] if len(set(cols[R_PG])) > 1 else [cols[R_PG][0][0]] * n
-    for name, desc in sorted(set(cols[R_PG])):
+    pg_set = set(cols[R_PG])
+    names = [pg[0] for pg in cols[R_PG]] if len(pg_set) > 1 else [cols[R_PG][0][0]] * n
+    for name, desc in sorted(pg_set):
         dump.group_desc.setdefault(name, desc)
-    for name, pg_id in sorted(set(zip(names, cols[R_PGID]))):
+    pg_pairs = set(zip(names, cols[R_PGID])) if len(pg_set) > 1 else {(names[0], cols[R_PGID][0])}
+    for name, pg_id in sorted(pg_pairs):
         if pg_id >= 0:
             dump.group_pg_id.setdefault(name, pg_id)
     sig_p2p = [s.op in _P2P_OPS for s in sigs]
@@ -191,8 +207,8 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
     last_name = sigs[sid[-1]].profiling_name
     dump.backend = last_name.partition(":")[0] if ":" in last_name else ""
     buckets: dict[str, list[int]] = {}
-    if is_p2p is None and len(set(names)) == 1:
-        buckets[names[0]] = list(range(n))
+    if is_p2p is None and len(pg_set) == 1:
+        dump.tracks[names[0]] = _track(None, cols, sid, status, dump, problems)
     else:
         for i, name in enumerate(names):
             if is_p2p is not None and is_p2p[i]:
@@ -206,7 +222,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str]) -> None:
             parsed = _p2p_parts(sig)
             if parsed is None:
                 continue
-            peer = cols[R_PEER][i]
+            peer = cols[R_PEER][i] if cols[R_PEER] is not None else _peer_of(entries[i])
             dump.p2p.append(P2POp(
                 group=names[i], p2p_seq=cols[R_P2PSEQ][i], op=sig.op,
                 peer=peer if type(peer) is int and peer >= 0 else None,
@@ -236,6 +252,11 @@ def _renumber(dump: RankDump, kept: list[int]) -> None:
         dump.last = (g, s, kept[i])
 
 
+def _peer_of(entry: Any) -> int | None:
+    peer = entry.get("peer") if isinstance(entry, dict) else None
+    return peer if type(peer) is int and 0 <= peer < 2**31 else None
+
+
 def _safe_key(*fields: Any) -> bytes:
     try:
         return sig_key(*fields)
@@ -253,37 +274,26 @@ def _p2p_parts(sig: Sig) -> tuple[int | None, int | None] | None:
     return parsed.src, parsed.dst
 
 
-def _opt_times(values: Sequence[Any]) -> array | None:
-    if all(v is None or v == 0 for v in values):
-        return None
-    return array("q", [-1 if v is None or v == 0 else v for v in values])
-
-
-def _track(idx: list[int], cols: list[Any], sid: list[int], status: list[int],
+def _track(idx: list[int] | None, cols: list[Any], sid: list[int], status: list[int],
            dump: RankDump, problems: list[str]) -> Track:
+    """One group's track from the records at positions ``idx`` (``None``: all)."""
     seq_col = cols[R_SEQ]
-    seqs = list(map(seq_col.__getitem__, idx))
+    seqs = seq_col if idx is None else list(map(seq_col.__getitem__, idx))
     if seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
-        take = idx
-        lo = seqs[0]
-        sig = array("l", map(sid.__getitem__, take))
-        stat = array("b", map(status.__getitem__, take))
-    else:
-        lo, take, sig, stat = _densify(idx, seqs, sid, status, dump, problems)
-    pick = [-1 if i is None else i for i in take]
-    created_col = cols[R_CREATED]
-    track = Track(
-        lo=lo, sig=sig, status=stat,
-        created=array("q", [created_col[i] if i >= 0 else 0 for i in pick]),
-        index=array("l", pick),
-    )
-    for attr, col in (("started", R_TSTART), ("completed", R_TDONE)):
-        c = cols[col]
-        setattr(track, attr, _opt_times([c[i] if i >= 0 else None for i in pick]))
-    durs = [cols[R_DUR][i] if i >= 0 else None for i in pick]
-    if any(d is not None for d in durs):
-        track.duration_us = array("d", [-1.0 if d is None else float(d) * 1000.0 for d in durs])
-    return track
+        if idx is None:
+            return Track(lo=seqs[0], sig=array("l", sid), status=array("b", status),
+                         created=array("q", cols[R_CREATED]), index=array("l", range(len(sid))))
+        return Track(
+            lo=seqs[0], sig=array("l", map(sid.__getitem__, idx)),
+            status=array("b", map(status.__getitem__, idx)),
+            created=array("q", map(cols[R_CREATED].__getitem__, idx)), index=array("l", idx),
+        )
+    positions = list(range(len(sid))) if idx is None else idx
+    lo, take, sig, stat = _densify(positions, seqs, sid, status, dump, problems)
+    created = cols[R_CREATED]
+    return Track(lo=lo, sig=sig, status=stat,
+                 created=array("q", [0 if i is None else created[i] for i in take]),
+                 index=array("l", [-1 if i is None else i for i in take]))
 
 
 def _densify(idx: list[int], seqs: list[int], sid: list[int], status: list[int],

@@ -59,7 +59,7 @@ def user_frame(frames: Any) -> Frame | None:
 
 
 class FrameSource:
-    """Reads records' frames back from the dump files, with a small cache."""
+    """Reads records back from the dump files (frames, completion times), small cache."""
 
     def __init__(self, load: LoadResult) -> None:
         self._load = load
@@ -86,6 +86,11 @@ class FrameSource:
         if len(self._cache) > _CACHE_FILES:
             self._cache.popitem(last=False)
         return entries
+
+    def entries(self, rank: int) -> list[Any]:
+        """The raw records of ``rank``'s dump, read again (``[]`` when unavailable)."""
+        dump = self._load.dumps.get(rank)
+        return self._entries(dump.path) if dump is not None else []
 
     def frame(self, rank: int, index: int | None) -> Frame | None:
         """The user frame of record ``index`` of ``rank``'s dump, or ``None``."""

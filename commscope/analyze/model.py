@@ -107,7 +107,8 @@ class Track:
 
     Index ``i`` holds ``collective_seq_id == lo + i``. Columns are ``array`` objects;
     ``sig[i] == GAP`` when the rank has no record of that sequence number inside its
-    range. Timing columns are ``None`` when the dump had no such field.
+    range. Completion times are not kept (only timelines need them; they are read back
+    from the file then).
     """
 
     lo: int
@@ -119,9 +120,6 @@ class Track:
     """``time_created_ns`` (``array('q')``)."""
     index: array
     """Position of the (first) record in the rank's ``entries`` list (``array('l')``)."""
-    started: array | None = None
-    completed: array | None = None
-    duration_us: array | None = None
     mk: array | None = None
     """Match-key ids, filled in after loading (``array('l')``)."""
 

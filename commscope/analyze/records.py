@@ -12,19 +12,21 @@ Algorithm (:func:`record_columns`):
    (older schemas: ``seq_id``, ``sizes``, no ``retired``); each kind of problem is
    counted and reported once per file.
 
-Either way the result is 18 columns indexed by the ``R_*`` constants.
+Either way the result is 18 columns indexed by the ``R_*`` constants. On the fast path
+the ``duration_ms`` and ``peer`` columns are ``None``: the analysis does not need the
+first, and reads the second for p2p records only.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from operator import itemgetter, methodcaller
+from operator import itemgetter
 from typing import Any
 
 from commscope.analyze.model import COMPLETED, STARTED
 
 __all__ = [
-    "STATE_BITS", "record_columns", "short",
+    "STATE_BITS", "record_columns", "slow_columns", "short",
     "R_RECORD", "R_PGID", "R_PG", "R_SEQ", "R_P2PSEQ", "R_NAME", "R_CREATED", "R_IN",
     "R_IDT", "R_OUT", "R_ODT", "R_STATE", "R_RETIRED", "R_ISP2P", "R_TSTART", "R_TDONE",
     "R_DUR", "R_PEER",
@@ -40,11 +42,12 @@ _FAST_KEYS = (
 (R_RECORD, R_PGID, R_PG, R_SEQ, R_P2PSEQ, R_NAME, R_CREATED, R_IN, R_IDT, R_OUT, R_ODT,
  R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER) = range(18)
 _fast_get = itemgetter(*_FAST_KEYS)
-_get_dur = methodcaller("get", "duration_ms")
-_get_peer = methodcaller("get", "peer")
 _INT = {int}
 _INT_NONE = {int, type(None)}
 _NUM_NONE = {int, float, type(None)}
+_STR = {str}
+_BOOL = {bool}
+_STATES = set(STATE_BITS)
 _I64 = 2**63 - 1
 
 
@@ -55,18 +58,15 @@ def short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _types(col: Any) -> set[type]:
-    return set(map(type, col))
-
-
-def _in_range(col: Any) -> bool:
-    return not col or (max(col) <= _I64 and min(col) >= -_I64)
-
-
 # ----------------------------------------------------------------------- columns
 
 
 def _fast_columns(entries: list[Any]) -> list[Any] | None:
+    """All 18 columns when every record is well formed, else ``None`` (see module doc).
+
+    Integers too large for 64 bits pass here and make the caller fall back to the slow
+    path when its ``array`` conversion overflows.
+    """
     try:
         rows = list(map(_fast_get, entries))
     except (KeyError, TypeError, IndexError, AttributeError):
@@ -74,40 +74,41 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
     if not rows:
         return [[] for _ in range(18)]
     cols: list[Any] = list(zip(*rows))
-    cols.append(list(map(_get_dur, entries)))
-    cols.append(list(map(_get_peer, entries)))
     try:
         for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ, R_CREATED):
-            if not _types(cols[i]) <= _INT or not _in_range(cols[i]):
+            if set(map(type, cols[i])) != _INT:
                 return None
         if min(cols[R_SEQ]) < 0:
             return None
         for i in (R_TSTART, R_TDONE):
-            types = _types(cols[i])
-            if not types <= _INT_NONE:
+            if not set(map(type, cols[i])) <= _INT_NONE:
                 return None
-            if int in types and not _in_range([v for v in cols[i] if v is not None]):
-                return None
-        if _types(cols[R_NAME]) != {str} or not _types(cols[R_RETIRED]) <= {bool}:
+        if set(map(type, cols[R_NAME])) != _STR or not set(map(type, cols[R_RETIRED])) <= _BOOL:
             return None
-        if not _types(cols[R_ISP2P]) <= {bool} or not set(cols[R_STATE]) <= STATE_BITS.keys():
+        if not set(map(type, cols[R_ISP2P])) <= _BOOL or not set(cols[R_STATE]) <= _STATES:
             return None
-        if not _types(cols[R_DUR]) <= _NUM_NONE or not _types(cols[R_PEER]) <= _INT_NONE:
+        pg_types = set(map(type, cols[R_PG]))
+        if not pg_types <= {tuple, list}:
             return None
-        if not _types(cols[R_PG]) <= {tuple, list}:
-            return None
-        for pg in set(map(tuple, cols[R_PG])):
+        if list in pg_types:
+            cols[R_PG] = list(map(tuple, cols[R_PG]))
+        for pg in set(cols[R_PG]):
             if len(pg) != 2 or type(pg[0]) is not str or type(pg[1]) is not str:
                 return None
     except (TypeError, ValueError):
         return None
-    cols[R_PG] = list(map(tuple, cols[R_PG]))
+    cols.append(None)  # duration_ms: not needed by the analysis (timelines re-read it)
+    cols.append(None)  # peer: read for p2p records only (see extract._peer_of)
     return cols
 
 
-def _opt_int(e: dict[str, Any], key: str, default: Any, problems: Counter[str]) -> Any:
-    value = e.get(key, default)
-    if value is default or value is None:
+def _opt_int(e: dict[str, Any], key: str, default: Any, problems: Counter[str],
+             allow_none: bool = False) -> Any:
+    """An optional integer field: absent → ``default``; present and wrong → a problem."""
+    if key not in e:
+        return default
+    value = e[key]
+    if value is None and allow_none:
         return default
     if type(value) is not int or not -_I64 <= value <= _I64:
         problems[f"{key} is {short(value)}, expected an int"] += 1
@@ -129,8 +130,11 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
     if isinstance(pg, (list, tuple)) and len(pg) == 2 and all(type(x) is str for x in pg):
         group = (pg[0], pg[1])
     elif type(pg) is str:
+        problems[f"process_group is {short(pg)}, expected (name, desc); used as the name"] += 1
         group = (pg, "")
     elif pg is None and pg_id >= 0:
+        if "process_group" in e:
+            problems["process_group is None, expected (name, desc); pg_id used"] += 1
         group = (str(pg_id), "")
     else:
         problems[f"process_group is {short(pg)}, expected (name, desc) (record dropped)"] += 1
@@ -153,12 +157,12 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
         is_p2p = False
     times = []
     for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
-        times.append(_opt_int(e, key, None, problems))
+        times.append(_opt_int(e, key, None, problems, allow_none=True))
     dur = e.get("duration_ms")
     if dur is not None and (type(dur) not in (int, float) or not 0 <= dur < 1e12):
         problems[f"duration_ms is {short(dur)}, expected a number of milliseconds"] += 1
         dur = None
-    peer = _opt_int(e, "peer", None, problems)
+    peer = _opt_int(e, "peer", None, problems, allow_none=True)
     return (
         _opt_int(e, "record_id", -1, problems), pg_id, group, seq,
         _opt_int(e, "p2p_seq_id", 0, problems), name, _opt_int(e, "time_created_ns", 0, problems),
@@ -166,6 +170,12 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
         e.get("output_sizes", []), e.get("output_dtypes", []), state, retired, is_p2p,
         times[0], times[1], dur, peer,
     )
+
+
+def slow_columns(entries: list[Any], problems: Counter[str]) -> tuple[list[Any], list[int] | None]:
+    """The 18 columns, checked record by record (the slow path of the module doc)."""
+    cols, kept = _slow_columns(entries, problems)
+    return cols, (None if len(kept) == len(entries) else kept)
 
 
 def _slow_columns(entries: list[Any], problems: Counter[str]) -> tuple[list[Any], list[int]]:

@@ -1,0 +1,136 @@
+"""``commscope analyze``: both folder forms, -o, --json, --perfetto, --html, bad input, and
+running where torch cannot be imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from commscope.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+
+
+def test_positional_and_dash_d_give_the_same_report(capsys):
+    assert main(["analyze", str(DATA / "missing_rank")]) == 0
+    one = capsys.readouterr().out
+    assert main(["analyze", "-d", str(DATA / "missing_rank")]) == 0
+    two = capsys.readouterr().out
+    strip = [line for line in one.splitlines() if not line.startswith("analyzed in")]
+    assert strip == [line for line in two.splitlines() if not line.startswith("analyzed in")]
+    assert "verdict: HANG" in one
+    assert "1. [missing_rank] Rank 2 never joined all_reduce #4" in one
+
+
+def test_output_file_gets_the_report(tmp_path, capsys):
+    out = tmp_path / "analysis.txt"
+    assert main(["analyze", "-d", str(DATA / "op_mismatch"), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "analysis written to" in printed and printed.startswith("hang: Rank 1")
+    text = out.read_text()
+    assert "[op_mismatch]" in text and "verdict: HANG" in text
+
+
+def test_json_to_stdout_and_to_a_json_file(tmp_path, capsys):
+    assert main(["analyze", str(DATA / "dtype_mismatch"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["format"] == "commscope.analysis/1" and data["verdict"] == "desync"
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(DATA / "dtype_mismatch"), "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == data
+
+
+def test_perfetto_trace_structure(tmp_path, capsys):
+    trace = tmp_path / "trace.json"
+    assert main(["analyze", str(DATA / "missing_rank"), "--perfetto", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {(0, "rank 0"), (1, "rank 1"), (2, "rank 2")}
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert threads == {"group 0 (default_pg)"}
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == 4 + 4 + 3
+    stuck = sorted((e["pid"], e["name"]) for e in slices if e["args"]["stuck"])
+    assert stuck == [(0, "STUCK all_reduce #4"), (1, "STUCK all_reduce #4")]
+    assert all(e.get("cname") == "terrible" for e in slices if e["args"]["stuck"])
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+    for fid, s in starts.items():
+        assert s["name"] == ends[fid]["name"] and s["pid"] != ends[fid]["pid"]
+    # every slice of one rank and group is a proper sequence (no overlap)
+    for pid in range(3):
+        mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["pid"] == pid)
+        assert all(a[1] <= b[0] + 1e-6 for a, b in pairwise(mine))
+
+
+def test_html_is_self_contained(tmp_path, capsys):
+    page = tmp_path / "report.html"
+    assert main(["analyze", str(DATA / "cross_group_deadlock"), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert '<script type="application/json" id="commscope-data">' in text
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in text
+    assert "cross_group_deadlock" in text
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["analyze"], "give the folder of dumps"),
+    (["analyze", "/no/such/folder"], "does not exist"),
+    (["analyze", "a", "-d", "b"], "give the folder once"),
+    (["analyze", str(DATA / "healthy"), "--world-size", "0"], "--world-size must be >= 1"),
+    (["analyze", str(DATA / "healthy"), "--prefix", "nothing_"], "no dump files"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_empty_folder_is_a_usage_error(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "no dump files" in capsys.readouterr().err
+
+
+_NO_TORCH = """
+import sys
+sys.modules["torch"] = None          # any `import torch` now raises ImportError
+import commscope.analyze as A
+from commscope.cli import main
+r = A.analyze(sys.argv[1])
+assert r.findings[0].kind == "cross_group_deadlock", r.findings[0]
+A.write_html(r, sys.argv[2] + "/r.html")
+A.write_perfetto(r, sys.argv[2] + "/t.json")
+code = main(["analyze", sys.argv[1], "--json"])
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules
+               if sys.modules[m] is not None), "torch got imported"
+sys.exit(code)
+"""
+
+
+def test_runs_where_torch_cannot_be_imported(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, str(DATA / "cross_group_deadlock"), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "hang"
+
+
+def test_console_script_runs_without_torch_import(tmp_path):
+    # the installed entry point must not drag torch in either
+    code = ("import sys; sys.modules['torch'] = None; from commscope.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(DATA / "crashed_rank")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict: CRASH" in proc.stdout

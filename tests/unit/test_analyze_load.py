@@ -1,0 +1,224 @@
+"""Loading: formats, file-name layouts, rank from inside the file, and bad files.
+
+Every bad file (empty, truncated, random bytes, foreign, hostile, duplicate) is named
+with its reason and the analysis goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from commscope.analyze import analyze, load_dumps, read_dump_file
+from commscope.analyze.load import DumpError, discover
+from commscope.analyze.synth import SyntheticJob, write_dump
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _missing_rank_job(world: int = 4) -> SyntheticJob:
+    job = SyntheticJob(world)
+    for _ in range(3):
+        job.collective("all_reduce")
+    job.collective("all_reduce", ranks=[r for r in range(world) if r != 2])
+    return job
+
+
+def _root(result):
+    f = result.findings[0]
+    return f.kind, f.culprit_ranks, f.collective_seq_id
+
+
+@pytest.mark.parametrize("fmt,compress", [("pickle", False), ("json", False),
+                                          ("pickle", True), ("json", True)])
+def test_our_format_pickle_json_gzip(tmp_path, fmt, compress):
+    _missing_rank_job().write(tmp_path, fmt=fmt, compress=compress)
+    result = analyze(tmp_path)
+    assert result.loaded == [0, 1, 2, 3] and result.unreadable == []
+    assert _root(result) == ("missing_rank", [2], 4)
+    assert {d.source for d in result.load.dumps.values()} == {"commscope"}
+
+
+def test_native_format_json_dump_of_pytorch(tmp_path):
+    # PyTorch's _dump_fr_trace_json: lists for tuples, 0 for missing times, no frames
+    job = _missing_rank_job()
+    job.ours = False
+    for r in range(4):
+        d = job.dump(r)
+        for e in d["entries"]:
+            e.pop("frames")
+            e["time_discovered_started_ns"] = e["time_discovered_started_ns"] or 0
+            e["time_discovered_completed_ns"] = e["time_discovered_completed_ns"] or 0
+        write_dump(d, str(tmp_path / f"rank_{r}"), fmt="json")
+    result = analyze(tmp_path)
+    assert _root(result) == ("missing_rank", [2], 4)
+    assert "no stack recorded" in result.findings[0].message
+
+
+@pytest.mark.parametrize("layout", ["rank_{}", "nccl_trace_rank_{}", "comm_lib_trace_rank_{}",
+                                    "comm_traces/rank_{}", "trace_host{}_{}"])
+def test_file_name_layouts(tmp_path, layout):
+    job = _missing_rank_job()
+    job.ours = False  # native dumps carry no rank: it comes from the name
+    for r in range(4):
+        name = layout.format(r, r) if layout.count("{}") == 2 else layout.format(r)
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_dump(job.dump(r), str(path))
+    (tmp_path / "README.txt").write_text("not a dump")
+    result = analyze(tmp_path)
+    assert result.loaded == [0, 1, 2, 3]
+    assert _root(result) == ("missing_rank", [2], 4)
+
+
+def test_prefix_selects_files(tmp_path):
+    job = _missing_rank_job()
+    job.ours = False
+    for r in range(4):
+        write_dump(job.dump(r), str(tmp_path / f"nccl_trace_rank_{r}"))
+        write_dump({"version": "2.10", "entries": []}, str(tmp_path / f"other_{r}"))
+    result = analyze(tmp_path, prefix="nccl_trace_rank_")
+    assert result.loaded == [0, 1, 2, 3] and result.unreadable == []
+    assert _root(result) == ("missing_rank", [2], 4)
+    files, _ = discover(tmp_path, "nccl_trace_rank_")
+    assert [r for _, r in files] == [0, 1, 2, 3]
+
+
+def test_rank_inside_the_file_wins_over_its_name(tmp_path):
+    job = _missing_rank_job()
+    for r in range(4):
+        write_dump(job.dump(r), str(tmp_path / f"rank_{3 - r}"))  # names scrambled
+    result = analyze(tmp_path)
+    assert _root(result) == ("missing_rank", [2], 4)
+
+
+def test_duplicate_rank_is_named_and_one_kept(tmp_path):
+    job = _missing_rank_job()
+    job.write(tmp_path)
+    shutil.copy(tmp_path / "rank_1", tmp_path / "rank_1.copy")
+    os.rename(tmp_path / "rank_1.copy", tmp_path / "old_rank_1")
+    result = analyze(tmp_path)
+    assert result.loaded == [0, 1, 2, 3]
+    dup = [u for u in result.unreadable if "duplicate" in u.error]
+    assert len(dup) == 1 and "rank 1" in dup[0].error
+
+
+BAD_FILES = {
+    "empty": (b"", "empty file"),
+    "truncated": (None, "truncated"),
+    "random": (bytes(range(7, 200)) * 3, "not a flight-recorder dump"),
+    "foreign_pickle": (pickle.dumps([1, 2, 3], protocol=2), "foreign file: a list of int"),
+    "foreign_dict": (pickle.dumps({"model": "weights"}, protocol=2), "foreign file"),
+    "bad_json": (b"{\"version\": \"2.10\", \"entries\": [", "invalid JSON"),
+    "bad_gzip": (b"\x1f\x8b\x08\x00garbage-here", "gzip"),
+    "torch_save": (b"PK\x03\x04" + b"\x00" * 40, "not a flight-recorder dump"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_bad_file_is_named_and_the_rest_analyzed(tmp_path, kind):
+    job = _missing_rank_job(5)
+    job.collective("barrier", ranks=[0, 1, 3, 4])
+    job.write(tmp_path, ranks=[0, 1, 2, 3])
+    content, reason = BAD_FILES[kind]
+    if content is None:
+        content = pickle.dumps(job.dump(4), protocol=2)[:-200]
+    (tmp_path / "rank_4").write_bytes(content)
+    result = analyze(tmp_path)
+    named = {Path(u.file).name: u.error for u in result.unreadable}
+    assert "rank_4" in named, named
+    assert reason in named["rank_4"], named["rank_4"]
+    assert result.findings[0].kind == "missing_rank"
+    assert result.findings[0].culprit_ranks == [2]
+
+
+def test_hostile_pickle_never_runs_code(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    job = _missing_rank_job()
+    job.write(tmp_path, ranks=[0, 1, 2])
+    data = job.dump(3)
+    data["entries"][0]["frames"] = Evil()
+    (tmp_path / "rank_3").write_bytes(pickle.dumps(data, protocol=2))
+    with pytest.raises(DumpError, match="refused to import"):
+        read_dump_file(tmp_path / "rank_3")
+    result = analyze(tmp_path)
+    assert not marker.exists()
+    assert any("refused to import" in u.error and u.file.endswith("rank_3")
+               for u in result.unreadable)
+    # with rank 3 unreadable the analysis still says what it can
+    assert result.verdict in ("hang", "incomplete")
+
+
+def test_hostile_gzip_pickle_never_runs_code(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (tmp_path / "rank_0.gz").write_bytes(gzip.compress(pickle.dumps({"x": Evil()}, protocol=2)))
+    result = analyze(tmp_path)
+    assert not marker.exists()
+    assert "refused to import" in result.unreadable[0].error
+
+
+def test_old_schema_records_are_read(tmp_path):
+    # a 2.2-era record: seq_id, sizes, no retired/process_group/dtypes
+    for r in range(2):
+        entries = [{"pg_id": 0, "seq_id": s, "profiling_name": "nccl:all_reduce",
+                    "sizes": [[4]], "state": "completed"} for s in range(1, 4)]
+        if r == 0:
+            entries.append({"pg_id": 0, "seq_id": 4, "profiling_name": "nccl:all_reduce",
+                            "sizes": [[4]], "state": "scheduled"})
+        write_dump({"version": "2.2", "entries": entries}, str(tmp_path / f"rank_{r}"))
+    result = analyze(tmp_path)
+    assert _root(result) == ("missing_rank", [1], 4)
+
+
+def test_partly_bad_file_is_named_and_used(tmp_path):
+    job = _missing_rank_job()
+    job.write(tmp_path, ranks=[0, 1, 2])
+    data = job.dump(3)
+    data["entries"][1]["state"] = 42
+    data["entries"][2]["collective_seq_id"] = "three"
+    write_dump(data, str(tmp_path / "rank_3"))
+    result = analyze(tmp_path)
+    assert 3 in result.loaded
+    [u] = result.unreadable
+    assert u.file.endswith("rank_3") and "partly used" in u.error
+    assert "collective_seq_id is 'three'" in u.error and "state is 42" in u.error
+    assert _root(result) == ("missing_rank", [2], 4)
+
+
+def test_empty_folder_gives_no_files_and_bare_lists_work(tmp_path):
+    assert load_dumps(tmp_path).dumps == {}
+    with pytest.raises(FileNotFoundError):
+        load_dumps(tmp_path / "nope")
+
+
+def test_parallel_loading_gives_the_same_analysis(tmp_path):
+    job = _missing_rank_job(8)
+    job.write(tmp_path)
+    (tmp_path / "rank_9").write_bytes(b"garbage")
+    one = analyze(tmp_path, jobs=1).to_json()
+    two = analyze(tmp_path, jobs=2).to_json()
+    assert one == two
+    assert one["unreadable"][0]["file"].endswith("rank_9")
+
+
+def test_native_gloo_dump_is_plain_data_only():
+    # the committed fixtures are the C++ pickler's bytes: no global is ever needed
+    for path in sorted((DATA / "missing_rank").iterdir()):
+        data = read_dump_file(path)
+        assert data["version"] == "2.10" and data["pg_config"] == {
+            "": {"name": "", "desc": "", "ranks": "[0, 1, 2]"}}
