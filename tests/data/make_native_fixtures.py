@@ -289,10 +289,11 @@ SCENARIOS: dict[str, tuple[Callable[..., None], int, dict[str, str]]] = {
 }
 
 
-def generate(name: str, scratch: Path) -> Path:
-    """Run scenario ``name`` on real gloo ranks; return the folder of its dumps."""
+def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
+    """Run scenario ``name`` on real gloo ranks; return the folder of its dumps
+    (``tests/data/<name>`` unless ``out`` is given)."""
     fn, world_size, extra_env = SCENARIOS[name]
-    out = DATA / name
+    out = DATA / name if out is None else Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -1,0 +1,63 @@
+"""The offline HTML report in headless Chromium: loads cleanly, shows verdict and findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commscope.analyze import analyze, write_html
+from commscope.analyze.synth import SyntheticJob
+
+pytestmark = pytest.mark.browser
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.mark.parametrize("name,verdict,kind", [
+    ("missing_rank", "hang", "missing_rank"),
+    ("cross_group_deadlock", "hang", "cross_group_deadlock"),
+    ("crashed_rank", "crash", "crashed_rank"),
+    ("healthy", "healthy", "healthy"),
+])
+def test_report_shows_verdict_and_findings(page, tmp_path, name, verdict, kind):
+    result = analyze(DATA / name)
+    out = tmp_path / "report.html"
+    write_html(result, out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#findings li")
+    assert page.errors == []
+    assert page.text_content("#verdict strong") == verdict.upper()
+    items = page.query_selector_all("#findings li")
+    assert len(items) == len(result.findings)
+    first = items[0]
+    assert first.query_selector(".kind").text_content() == kind
+    assert first.query_selector(".message").text_content() == result.findings[0].message
+    assert page.query_selector_all("#groups tr")  # header + one row per group
+    assert len(page.query_selector_all("#groups tr")) == len(result.groups) + 1
+
+
+def test_timeline_marks_stuck_collectives(page, tmp_path):
+    out = tmp_path / "report.html"
+    write_html(analyze(DATA / "missing_rank"), out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#timeline svg")
+    assert page.errors == []
+    assert len(page.query_selector_all("#timeline rect.stuck")) == 2  # ranks 0 and 1 in #4
+    assert len(page.query_selector_all("#timeline rect.ok")) == 9
+
+
+def test_hostile_names_are_text_not_markup(page, tmp_path):
+    job = SyntheticJob(2)
+    evil = "</script><script>window.pwned = 1</script><img src=x onerror=window.pwned=2>"
+    job.group("1", evil, [0, 1])
+    job.collective("all_reduce", group="1")
+    job.collective("all_reduce", group="1", ranks=[0])
+    job.write(tmp_path / "dumps")
+    out = tmp_path / "report.html"
+    write_html(analyze(tmp_path / "dumps"), out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#findings li")
+    assert page.evaluate("window.pwned === undefined")
+    assert page.errors == []
+    assert evil in page.text_content("#findings")
