@@ -1,0 +1,211 @@
+"""The public calls of the flight recorder: enable, disable, dump, snapshot, dump_trace."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import threading
+from typing import Any
+
+from commscope.flight import install as _install
+from commscope.flight.config import FlightConfig, resolve_config
+from commscope.flight.dump import Dumper, build_dump
+from commscope.flight.recorder import SLOT, Recorder
+from commscope.flight.watchdog import Watchdog
+
+__all__ = [
+    "enable",
+    "disable",
+    "is_enabled",
+    "config",
+    "dump",
+    "snapshot",
+    "dump_trace",
+    "dump_trace_json",
+]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+
+
+class _State:
+    recorder: Recorder | None = None
+    dumper: Dumper | None = None
+    watchdog: Watchdog | None = None
+
+
+_state = _State()
+
+
+def enable(
+    *,
+    buffer_size: int | None = None,
+    dump_prefix: str | None = None,
+    timeout_s: float | None = None,
+    timing: bool | None = None,
+    dump_on_timeout: bool | None = None,
+    dump_format: str | None = None,
+    compress: bool = False,
+    max_frames: int | None = None,
+    watchdog: bool = True,
+    handle_signals: bool = True,
+    dump_on_exception: bool = True,
+    poll_interval_s: float = 0.5,
+) -> FlightConfig:
+    """Start recording every collective of every process group created from now on.
+
+    Call it before ``torch.distributed.init_process_group`` (``commscope run`` does it
+    for you). Arguments left ``None`` come from the environment variables PyTorch's
+    recorder uses (see :mod:`commscope.flight.config`). Calling it again replaces the
+    settings and starts a fresh ring; groups created earlier keep recording.
+    ``buffer_size=0`` turns recording off, as ``TORCH_FR_BUFFER_SIZE=0`` does.
+
+    Returns the settings in force. Raises ``ValueError`` for an invalid setting.
+    """
+    cfg = resolve_config(
+        buffer_size=buffer_size,
+        dump_prefix=dump_prefix,
+        timeout_s=timeout_s,
+        timing=timing,
+        dump_on_timeout=dump_on_timeout,
+        dump_format=dump_format,
+        compress=compress,
+        max_frames=max_frames,
+        watchdog=watchdog,
+        handle_signals=handle_signals,
+        dump_on_exception=dump_on_exception,
+        poll_interval_s=poll_interval_s,
+    )
+    with _lock:
+        old = _state.recorder
+        disable()
+        if cfg.buffer_size == 0:
+            logger.info("commscope flight: buffer_size is 0, recording stays off")
+            return cfg
+        rec = Recorder(cfg)
+        if old is not None:
+            # Keep the live groups (and their counters) created under the previous
+            # settings; group ids keep counting up, as torch's do.
+            rec.groups = [g for g in old.groups if g.alive()]
+            rec.next_pg_id = old.next_pg_id
+            if rec.groups:
+                rec.global_rank, rec.world_size, rec.store = (
+                    old.global_rank,
+                    old.world_size,
+                    old.store,
+                )
+        elif _install.existing_groups():
+            logger.warning(
+                "commscope flight: %d process group(s) existed before enable(); they are "
+                "not recorded. Call commscope.flight.enable() before init_process_group.",
+                _install.existing_groups(),
+            )
+        dumper = Dumper(rec)
+        dog = Watchdog(rec, dumper)
+        _state.recorder, _state.dumper, _state.watchdog = rec, dumper, dog
+        _install.install()
+        SLOT.rec = rec
+        dog.start()
+    return cfg
+
+
+def disable() -> None:
+    """Stop recording, the watchdog and the signal/exception hooks.
+
+    Process groups created while recording keep working unchanged (they only stop
+    recording); groups created afterwards are plain torch groups. The last ring stays
+    readable through :func:`snapshot` and :func:`dump` until the next :func:`enable`.
+    """
+    with _lock:
+        SLOT.rec = None
+        _install.uninstall()
+        if _state.watchdog is not None:
+            _state.watchdog.stop()
+            _state.watchdog = None
+        if _state.recorder is not None:
+            _state.recorder.active = False
+
+
+def is_enabled() -> bool:
+    """Whether collectives are being recorded right now."""
+    rec = SLOT.rec
+    return rec is not None and rec.active
+
+
+def config() -> FlightConfig | None:
+    """The settings of the current (or last) recorder, ``None`` before :func:`enable`."""
+    rec = _state.recorder
+    return rec.config if rec is not None else None
+
+
+def _recorder() -> Recorder:
+    rec = _state.recorder
+    if rec is None:
+        raise RuntimeError(
+            "commscope.flight has nothing to dump: call commscope.flight.enable() before "
+            "init_process_group (or launch with `commscope run`)"
+        )
+    return rec
+
+
+def dump(path: str | None = None, *, reason: str = "api", dump_format: str | None = None) -> str:
+    """Write this rank's dump file now and return its absolute path.
+
+    ``path`` defaults to ``<dump_prefix><rank>`` (``.json`` for JSON). A ``path``
+    ending in ``.json`` (or ``.json.gz``) is written as JSON unless ``dump_format`` says
+    otherwise.
+    """
+    _recorder()
+    assert _state.dumper is not None
+    if dump_format is None and path is not None and path.removesuffix(".gz").endswith(".json"):
+        dump_format = "json"
+    return _state.dumper.dump(reason, path=path, dump_format=dump_format)
+
+
+def snapshot(
+    *,
+    include_collectives: bool = True,
+    include_stack_traces: bool = True,
+    only_active: bool = False,
+    reason: str = "api",
+) -> dict[str, Any]:
+    """The rank's dump as a dict (what :func:`dump` would write), without writing."""
+    return build_dump(
+        _recorder(),
+        reason,
+        include_collectives=include_collectives,
+        include_stack_traces=include_stack_traces,
+        only_active=only_active,
+    )
+
+
+def dump_trace(
+    include_collectives: bool = True,
+    include_stack_traces: bool = True,
+    only_active: bool = False,
+) -> bytes:
+    """Pickled dump bytes, the commscope form of PyTorch's on-demand call.
+
+    Same three options and same result type as
+    ``torch._C._distributed_c10d._dump_nccl_trace(includeCollectives=True,
+    includeStackTraces=True, onlyActive=False)``: ``pickle.loads`` gives the dict
+    with ``version``, ``pg_config``, ``pg_status`` and ``entries``.
+    """
+    data = snapshot(
+        include_collectives=include_collectives,
+        include_stack_traces=include_stack_traces,
+        only_active=only_active,
+    )
+    return pickle.dumps(data, protocol=4)
+
+
+def dump_trace_json(include_collectives: bool = True, only_active: bool = False) -> bytes:
+    """JSON dump bytes without stack frames, like PyTorch's ``_dump_nccl_trace_json``."""
+    data = snapshot(
+        include_collectives=include_collectives,
+        include_stack_traces=False,
+        only_active=only_active,
+    )
+    return json.dumps(data, separators=(",", ":")).encode("utf-8")

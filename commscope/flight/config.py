@@ -1,0 +1,169 @@
+"""Settings of the flight recorder, from ``enable(...)`` arguments or the environment.
+
+An argument given to :func:`commscope.flight.enable` wins; otherwise the variables PyTorch
+users already set are honoured, so a job configured for PyTorch's own recorder records
+the same way under commscope:
+
+========================================  ==============================================
+setting                                   environment (first one set wins)
+========================================  ==============================================
+``buffer_size`` (default 2000)            ``TORCH_FR_BUFFER_SIZE``,
+                                          ``TORCH_NCCL_TRACE_BUFFER_SIZE``
+``dump_prefix``                           ``TORCH_FR_DUMP_TEMP_FILE``,
+(default ``./commscope_traces/rank_``)    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``
+``timeout_s`` (default: the group's)      ``COMMSCOPE_FR_TIMEOUT_S``
+``timing`` (default off)                  ``TORCH_NCCL_ENABLE_TIMING``
+``dump_on_timeout`` (default on)          ``TORCH_NCCL_DUMP_ON_TIMEOUT``
+``dump_format`` (default ``pickle``)      ``COMMSCOPE_FR_DUMP_FORMAT`` (``pickle``/``json``)
+``max_frames`` (default 32)               ``COMMSCOPE_FR_MAX_FRAMES``
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["FlightConfig", "DEFAULT_BUFFER_SIZE", "DEFAULT_DUMP_PREFIX", "resolve_config"]
+
+DEFAULT_BUFFER_SIZE = 2000
+DEFAULT_DUMP_PREFIX = "./commscope_traces/rank_"
+DEFAULT_MAX_FRAMES = 32
+DUMP_FORMATS = ("pickle", "json")
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+
+@dataclass(frozen=True, slots=True)
+class FlightConfig:
+    """What the recorder keeps, when it dumps and where the files go."""
+
+    buffer_size: int = DEFAULT_BUFFER_SIZE
+    """Entries kept per rank; the oldest is overwritten when the ring is full."""
+    dump_prefix: str = DEFAULT_DUMP_PREFIX
+    """Dump files are ``<dump_prefix><global rank>`` (plus ``.json`` / ``.gz``)."""
+    timeout_s: float | None = None
+    """A collective pending this long triggers a dump; ``None``: the group's timeout."""
+    timing: bool = False
+    """Fill ``duration_ms`` of completed entries."""
+    dump_on_timeout: bool = True
+    """Whether the watchdog dumps (and asks every rank to dump) on a timeout."""
+    dump_format: str = "pickle"
+    """``"pickle"`` (PyTorch's format, read by ``fr_trace``) or ``"json"``."""
+    compress: bool = False
+    """Gzip the dump files (``.gz`` suffix)."""
+    max_frames: int = DEFAULT_MAX_FRAMES
+    """Python frames kept per entry (innermost first); 0 keeps none."""
+    watchdog: bool = True
+    """Run the per-rank watchdog thread (timeouts, store-wide dump requests, signals)."""
+    handle_signals: bool = True
+    """Dump on SIGTERM and SIGUSR1, then hand over to the previous handler."""
+    dump_on_exception: bool = True
+    """Dump when an exception is not caught (main thread or any thread)."""
+    poll_interval_s: float = 0.5
+    """How often the watchdog looks at pending collectives and the store."""
+
+
+def _env_int(env: Mapping[str, str], *names: str) -> tuple[int | None, str | None]:
+    for name in names:
+        text = env.get(name)
+        if text is not None and text.strip() != "":
+            try:
+                return int(text.strip()), name
+            except ValueError:
+                raise ValueError(
+                    f"{name}={text!r} is not an integer; set it to a number of entries "
+                    f"such as 2000, or 0 to turn recording off"
+                ) from None
+    return None, None
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
+    text = env.get(name)
+    if text is None:
+        return None
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{name}={text!r} is not a boolean; use 1/0 or true/false")
+
+
+def resolve_config(
+    *,
+    buffer_size: int | None = None,
+    dump_prefix: str | None = None,
+    timeout_s: float | None = None,
+    timing: bool | None = None,
+    dump_on_timeout: bool | None = None,
+    dump_format: str | None = None,
+    compress: bool = False,
+    max_frames: int | None = None,
+    watchdog: bool = True,
+    handle_signals: bool = True,
+    dump_on_exception: bool = True,
+    poll_interval_s: float = 0.5,
+    env: Mapping[str, str] | None = None,
+) -> FlightConfig:
+    """Merge explicit arguments with the environment into a :class:`FlightConfig`.
+
+    Raises ``ValueError`` naming the offending argument or variable.
+    """
+    env = os.environ if env is None else env
+    if buffer_size is None:
+        buffer_size, _ = _env_int(env, "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+        if buffer_size is None:
+            buffer_size = DEFAULT_BUFFER_SIZE
+    if buffer_size < 0:
+        raise ValueError(f"buffer_size must be >= 0 entries, got {buffer_size}")
+    if dump_prefix is None:
+        dump_prefix = (
+            env.get("TORCH_FR_DUMP_TEMP_FILE")
+            or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            or DEFAULT_DUMP_PREFIX
+        )
+    if timeout_s is None:
+        text = env.get("COMMSCOPE_FR_TIMEOUT_S")
+        if text:
+            try:
+                timeout_s = float(text)
+            except ValueError:
+                raise ValueError(
+                    f"COMMSCOPE_FR_TIMEOUT_S={text!r} is not a number of seconds"
+                ) from None
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+    if timing is None:
+        timing = bool(_env_bool(env, "TORCH_NCCL_ENABLE_TIMING"))
+    if dump_on_timeout is None:
+        flag = _env_bool(env, "TORCH_NCCL_DUMP_ON_TIMEOUT")
+        dump_on_timeout = True if flag is None else flag
+    if dump_format is None:
+        dump_format = (env.get("COMMSCOPE_FR_DUMP_FORMAT") or "pickle").strip().lower()
+    if dump_format not in DUMP_FORMATS:
+        raise ValueError(f"dump_format must be one of {DUMP_FORMATS}, got {dump_format!r}")
+    if max_frames is None:
+        max_frames, _ = _env_int(env, "COMMSCOPE_FR_MAX_FRAMES")
+        if max_frames is None:
+            max_frames = DEFAULT_MAX_FRAMES
+    if max_frames < 0:
+        raise ValueError(f"max_frames must be >= 0, got {max_frames}")
+    if poll_interval_s <= 0:
+        raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s}")
+    return FlightConfig(
+        buffer_size=buffer_size,
+        dump_prefix=dump_prefix,
+        timeout_s=timeout_s,
+        timing=timing,
+        dump_on_timeout=dump_on_timeout,
+        dump_format=dump_format,
+        compress=compress,
+        max_frames=max_frames,
+        watchdog=watchdog,
+        handle_signals=handle_signals,
+        dump_on_exception=dump_on_exception,
+        poll_interval_s=poll_interval_s,
+    )

@@ -1,0 +1,184 @@
+"""Dump files: what goes in them, how they are named and how they are written.
+
+One file per rank, ``<prefix><global rank>``, a pickle of plain dicts, lists, tuples,
+strings, numbers, booleans and ``None`` in PyTorch's schema "2.10" (so PyTorch's own
+``fr_trace`` reads it), or the same dict as JSON (``.json``), optionally gzipped
+(``.gz``). A file is written to a hidden temporary name in the same directory
+(``.<name>.<pid>.tmp``, which matches no rank-file pattern), flushed, fsynced and renamed
+over the final name: a process killed mid-dump leaves either the previous complete
+file or none, never a partial one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import socket
+import threading
+import time
+from typing import Any
+
+from commscope import __version__
+from commscope.flight.entry import COMPLETED, entry_to_dict
+from commscope.flight.recorder import Recorder
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "FORMAT",
+    "build_dump",
+    "dump_path",
+    "serialize",
+    "write_atomic",
+    "Dumper",
+]
+
+SCHEMA_VERSION = "2.10"
+"""PyTorch 2.13's flight-recorder schema string (``fr_trace`` insists all files agree)."""
+FORMAT = "commscope.flight/1"
+"""How :mod:`commscope.analyze` tells our dumps from PyTorch-native ones."""
+PICKLE_PROTOCOL = 4
+
+
+def _rank(rec: Recorder) -> int:
+    if rec.global_rank >= 0:
+        return rec.global_rank
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _comm_lib_version(rec: Recorder) -> str:
+    if any("nccl" in g.backends.values() for g in rec.groups):
+        try:
+            import torch
+
+            return ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:
+            return ""
+    return ""
+
+
+def build_dump(
+    rec: Recorder,
+    reason: str,
+    *,
+    include_collectives: bool = True,
+    include_stack_traces: bool = True,
+    only_active: bool = False,
+) -> dict[str, Any]:
+    """The dump dict of this rank right now (see ``docs/flight.md``, "Dump format").
+
+    ``only_active`` keeps only entries not yet completed; ``include_collectives=False``
+    leaves ``entries`` empty; ``include_stack_traces=False`` leaves every ``frames``
+    empty. Never raises for a half-updated entry: fields are read as they are.
+    """
+    groups = list(rec.groups)
+    out: dict[str, Any] = {
+        "version": SCHEMA_VERSION,
+        "commscope_format": FORMAT,
+        "commscope_version": __version__,
+        "rank": _rank(rec),
+        "world_size": rec.world_size,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "dump_reason": reason,
+        "dump_time_ns": time.time_ns(),
+        "pg_config": {g.name: g.config() for g in groups},
+        "pg_status": {str(g.pg_id): g.status() for g in groups},
+        "comm_lib_version": _comm_lib_version(rec),
+        "entries": [],
+    }
+    if include_collectives:
+        cache: dict[Any, Any] = {}
+        entries = rec.ring.snapshot()
+        if only_active:
+            entries = [e for e in entries if e.state != COMPLETED]
+        out["entries"] = [entry_to_dict(e, cache, include_stack_traces) for e in entries]
+    return out
+
+
+def dump_path(prefix: str, rank: int, dump_format: str = "pickle", compress: bool = False) -> str:
+    """``<prefix><rank>``, plus ``.json`` for JSON and ``.gz`` when compressed."""
+    path = f"{prefix}{rank}"
+    if dump_format == "json":
+        path += ".json"
+    if compress:
+        path += ".gz"
+    return path
+
+
+def serialize(data: dict[str, Any], dump_format: str = "pickle", compress: bool = False) -> bytes:
+    """The bytes of a dump file: pickle (protocol 4) or UTF-8 JSON, maybe gzipped."""
+    if dump_format == "json":
+        raw = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    elif dump_format == "pickle":
+        raw = pickle.dumps(data, protocol=PICKLE_PROTOCOL)
+    else:
+        raise ValueError(f"dump_format must be 'pickle' or 'json', got {dump_format!r}")
+    return gzip.compress(raw, compresslevel=6) if compress else raw
+
+
+def write_atomic(path: str, data: bytes) -> str:
+    """Write ``data`` to ``path`` so that no reader ever sees a partial file.
+
+    Creates the directory when missing. Returns the absolute path.
+    """
+    path = os.path.abspath(path)
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+class Dumper:
+    """Writes this rank's dump file; one dump at a time, from any thread."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self._lock = threading.Lock()
+        self.last_path: str | None = None
+        self.last_reason: str | None = None
+        self.count = 0
+
+    def path(self, dump_format: str | None = None) -> str:
+        """Where this rank's dump goes."""
+        cfg = self.rec.config
+        return dump_path(
+            cfg.dump_prefix, _rank(self.rec), dump_format or cfg.dump_format, cfg.compress
+        )
+
+    def dump(self, reason: str, path: str | None = None, dump_format: str | None = None) -> str:
+        """Write the dump now and return its absolute path."""
+        cfg = self.rec.config
+        fmt = dump_format or cfg.dump_format
+        if path is None:
+            path = self.path(fmt)
+        with self._lock:
+            data = serialize(build_dump(self.rec, reason), fmt, cfg.compress)
+            written = write_atomic(path, data)
+            self.last_path, self.last_reason = written, reason
+            self.count += 1
+        return written

@@ -1,0 +1,177 @@
+"""One record of the flight recorder: what a rank asked one process group to do.
+
+Field names and meanings follow PyTorch's flight-recorder entries (schema "2.10"), so a
+dump is readable by PyTorch's ``fr_trace`` as well as by :mod:`commscope.analyze`. Two
+fields are ours: ``peer`` (the global rank of a p2p op's other side) and ``mesh_axis``
+(the axis name of a group whose description is ``mesh_<axis>``).
+
+An entry never holds a tensor: shapes are ``torch.Size`` tuples of ints, dtypes are c10
+names such as ``"Float"``, and the Python stack is kept as (code object, instruction
+offset) pairs that are turned into names, file names and lines only when a dump is
+written. Code objects are shared and immutable and hold no local variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import CodeType
+from typing import Any
+
+__all__ = ["Entry", "SCHEDULED", "STARTED", "COMPLETED", "entry_to_dict"]
+
+SCHEDULED = "scheduled"
+STARTED = "started"
+COMPLETED = "completed"
+
+
+class Entry:
+    """One collective or p2p op as issued by this rank (mutable: its state advances).
+
+    The recorder fills every field at creation except the state fields, which move
+    from ``scheduled`` to ``started`` (handed to the backend) to ``completed`` (the
+    work's future completed, successfully or with an error).
+    """
+
+    __slots__ = (
+        "collective_seq_id",
+        "duration_ms",
+        "failed",
+        "frames",
+        "group",
+        "input_dtypes",
+        "input_sizes",
+        "is_p2p",
+        "mesh_axis",
+        "op_id",
+        "output_dtypes",
+        "output_sizes",
+        "p2p_seq_id",
+        "peer",
+        "pg_desc",
+        "pg_id",
+        "pg_name",
+        "polled",
+        "profiling_name",
+        "record_id",
+        "retired",
+        "start_perf_ns",
+        "state",
+        "thread_id",
+        "thread_name",
+        "time_created_ns",
+        "time_discovered_completed_ns",
+        "time_discovered_started_ns",
+        "timeout_ms",
+    )
+
+    def __init__(self) -> None:
+        self.state = SCHEDULED
+        self.time_discovered_started_ns: int | None = None
+        self.time_discovered_completed_ns: int | None = None
+        self.retired = False
+        self.duration_ms: float | None = None
+        self.failed = False
+
+    # Everything else is assigned by the recorder right after construction; declaring
+    # it here keeps type checkers informed without paying for defaults on the hot path.
+    record_id: int
+    pg_id: int
+    pg_name: str
+    pg_desc: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    op_id: int
+    profiling_name: str
+    time_created_ns: int
+    input_sizes: Sequence[Sequence[int]]
+    input_dtypes: Sequence[str]
+    output_sizes: Sequence[Sequence[int]]
+    output_dtypes: Sequence[str]
+    timeout_ms: int
+    is_p2p: bool
+    frames: Sequence[Any]
+    """Flat ``[code, instruction offset, code, offset, ...]``, innermost first."""
+    thread_name: str
+    thread_id: str
+    peer: int | None
+    mesh_axis: str | None
+    start_perf_ns: int
+    group: Any
+    polled: bool
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(record_id={self.record_id}, {self.profiling_name!r}, "
+            f"pg={self.pg_name!r}, seq={self.collective_seq_id}/{self.p2p_seq_id}, "
+            f"state={self.state!r})"
+        )
+
+
+FrameCache = dict[tuple[CodeType, int], dict[str, Any]]
+
+
+def line_of(code: CodeType, offset: int) -> int | None:
+    """The source line of the instruction at byte ``offset`` of ``code``."""
+    if offset < 0:
+        return code.co_firstlineno
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line
+    return None
+
+
+def _frames(raw: Sequence[Any], cache: FrameCache) -> list[dict[str, Any]]:
+    out = []
+    for i in range(0, len(raw) - 1, 2):
+        key = (raw[i], raw[i + 1])
+        frame = cache.get(key)
+        if frame is None:
+            code, offset = key
+            # One dict per distinct frame: pickle's memo then stores it once per dump.
+            frame = {
+                "name": code.co_name,
+                "filename": code.co_filename,
+                "line": line_of(code, offset),
+            }
+            cache[key] = frame
+        out.append(frame)
+    return out
+
+
+def entry_to_dict(
+    entry: Entry, frame_cache: FrameCache | None = None, include_stack: bool = True
+) -> dict[str, Any]:
+    """The entry as a plain dict in PyTorch's field order, ready for pickle or JSON.
+
+    ``duration_ms`` is present only when it was measured (timing on, work completed),
+    as in PyTorch's dumps.
+    """
+    cache: FrameCache = {} if frame_cache is None else frame_cache
+    out: dict[str, Any] = {
+        "frames": _frames(entry.frames, cache) if include_stack else [],
+        "record_id": entry.record_id,
+        "pg_id": entry.pg_id,
+        "process_group": (entry.pg_name, entry.pg_desc),
+        "collective_seq_id": entry.collective_seq_id,
+        "p2p_seq_id": entry.p2p_seq_id,
+        "op_id": entry.op_id,
+        "profiling_name": entry.profiling_name,
+        "time_created_ns": entry.time_created_ns,
+        "input_sizes": [[int(d) for d in s] for s in entry.input_sizes],
+        "input_dtypes": list(entry.input_dtypes),
+        "output_sizes": [[int(d) for d in s] for s in entry.output_sizes],
+        "output_dtypes": list(entry.output_dtypes),
+        "state": entry.state,
+        "time_discovered_started_ns": entry.time_discovered_started_ns,
+        "time_discovered_completed_ns": entry.time_discovered_completed_ns,
+        "retired": entry.retired,
+        "timeout_ms": entry.timeout_ms,
+        "is_p2p": entry.is_p2p,
+        "thread_name": entry.thread_name,
+        "thread_id": entry.thread_id,
+        "peer": entry.peer,
+        "mesh_axis": entry.mesh_axis,
+    }
+    if entry.duration_ms is not None:
+        out["duration_ms"] = entry.duration_ms
+    return out

@@ -1,0 +1,265 @@
+"""Splice the recording process group into ``torch.distributed`` (torch 2.13).
+
+Every group torch creates goes through ``distributed_c10d._new_process_group_helper``
+(``init_process_group``, ``new_group`` with or without ``use_local_synchronization``,
+``new_subgroups``, ``init_device_mesh``). That helper builds the group object with
+``ProcessGroup(store, rank, size)`` and then registers the real backends on it. While
+recording is enabled we wrap the helper so that, for the length of the call, the name
+``ProcessGroup`` inside ``distributed_c10d`` answers construction with a
+:class:`~commscope.flight.backend.RecordingProcessGroup` and every ``isinstance`` /
+``issubclass`` question exactly as the real class does. Torch then finishes the job
+itself: backends, name, description, registry, default group. No backend object is
+replaced and the group's identity never changes afterwards.
+
+Two more patches keep behaviour identical for recording groups:
+
+* ``batch_isend_irecv`` coalesces only when ``type(group) is ProcessGroup``; for a
+  recording group on a backend that coalesces (NCCL) we run the same coalescing path,
+  and for every group we mark the batch so its p2p ops share one ``p2p_seq_id``;
+* ``ProcessGroup.split_group`` (NCCL splitting) returns a plain group built in C++;
+  :func:`adopt` re-registers its backends on a recording group.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from commscope.flight.backend import RecordingProcessGroup
+from commscope.flight.groups import GroupInfo
+from commscope.flight.recorder import SLOT, Recorder
+
+__all__ = ["install", "uninstall", "installed", "adopt", "register_group"]
+
+logger = logging.getLogger(__name__)
+
+_REAL_PG = c10d.ProcessGroup
+_lock = threading.RLock()
+_originals: dict[str, Any] = {}
+
+
+class _FactoryMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return RecordingProcessGroup(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, _REAL_PG)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _REAL_PG)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(_REAL_PG, name)
+
+
+class _ProcessGroupFactory(metaclass=_FactoryMeta):
+    """Stands in for ``ProcessGroup`` inside ``distributed_c10d`` during group creation."""
+
+
+def _timeout_ms(timeout: Any) -> int:
+    if isinstance(timeout, timedelta):
+        return int(timeout.total_seconds() * 1000)
+    return int(c10d.default_pg_timeout.total_seconds() * 1000)
+
+
+def _backend_map(backend: Any) -> dict[str, str]:
+    try:
+        mapping = c10d.BackendConfig(backend).get_device_backend_map()
+        return {str(dev): str(name) for dev, name in mapping.items()}
+    except Exception:
+        return {"cpu": str(backend).lower()}
+
+
+def attach_inner(pg: Any, store: Any) -> None:
+    """Give a recording group its plain twin (see ``RecordingProcessGroup._commscope_inner``).
+
+    The twin is a plain ``ProcessGroup`` on the same store, rank and size with the very
+    same backend objects registered, the same default backend, bound device, name and
+    description; the c10d dispatcher cannot tell the two apart.
+    """
+    inner = (
+        _REAL_PG(store, pg.rank(), pg.size())
+        if store is not None
+        else _REAL_PG(pg.rank(), pg.size())
+    )
+    if pg.bound_device_id is not None:
+        inner.bound_device_id = pg.bound_device_id
+    type_map = dist.Backend.backend_type_map
+    custom = _REAL_PG.BackendType.CUSTOM
+    inner._set_default_backend(type_map.get(str(pg._get_backend_name()).lower(), custom))
+    for device in pg._device_types:
+        backend = pg._get_backend(device)
+        inner._register_backend(device, type_map.get(str(backend.name()).lower(), custom), backend)
+    inner._set_group_name(pg.group_name)
+    inner._set_group_desc(pg.group_desc)
+    pg._commscope_inner = inner
+
+
+def register_group(
+    rec: Recorder,
+    pg: Any,
+    ranks: list[int],
+    rank: int,
+    backends: dict[str, str],
+    timeout_ms: int,
+) -> GroupInfo:
+    """Attach a :class:`GroupInfo` to a recording group and register it with ``rec``."""
+    info = rec.add_group(str(pg.group_name), str(pg.group_desc), ranks, rank, backends, timeout_ms)
+    pg._commscope_info = info
+    info.pg_ref = weakref.ref(pg)
+    return info
+
+
+def _patched_helper(*args: Any, **kwargs: Any) -> Any:
+    original = _originals["_new_process_group_helper"]
+    rec = SLOT.rec
+    if rec is None:
+        return original(*args, **kwargs)
+    with _lock:
+        c10d.ProcessGroup = _ProcessGroupFactory  # type: ignore[misc]
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            c10d.ProcessGroup = _REAL_PG  # type: ignore[misc]
+    try:
+        pg = result[0]
+        if isinstance(pg, RecordingProcessGroup) and getattr(pg, "_commscope_info", None) is None:
+            attach_inner(pg, result[1])
+            bound = inspect.signature(original).bind(*args, **kwargs).arguments
+            ranks = list(bound.get("global_ranks_in_group") or [])
+            group_rank = int(bound["group_rank"])
+            is_default = not ranks
+            if is_default:
+                ranks = list(range(int(bound["group_size"])))
+            register_group(
+                rec,
+                pg,
+                ranks,
+                group_rank,
+                _backend_map(bound.get("backend")),
+                _timeout_ms(bound.get("timeout")),
+            )
+            if is_default:
+                rec.global_rank = group_rank
+                rec.world_size = len(ranks)
+                rec.store = bound.get("store")
+    except Exception as exc:
+        rec.fail(exc)
+    return result
+
+
+def _peer_kwarg(op: Any) -> dict[str, int]:
+    key = "group_dst" if op.op is dist.isend else "group_src"
+    return {key: op.group_peer}
+
+
+def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
+    original = _originals["batch_isend_irecv"]
+    rec = SLOT.rec
+    group = p2p_op_list[0].group if p2p_op_list else None
+    if group is None and p2p_op_list and c10d.is_initialized():
+        group = c10d._get_default_group()
+    info = getattr(group, "_commscope_info", None)
+    if rec is None or info is None or not rec.active:
+        return original(p2p_op_list)
+    with rec.ring.lock:
+        info.p2p_seq_id += 1
+        info.batch_p2p_seq = info.p2p_seq_id
+    try:
+        device = p2p_op_list[0].tensor.device
+        if group._get_backend(device).supports_coalescing:
+            # What torch does for a plain ProcessGroup on a coalescing backend (NCCL):
+            # issue every op inside one coalescing block.
+            c10d._check_p2p_op_list(p2p_op_list)
+            with c10d._coalescing_manager(group, device, async_ops=True) as cm:
+                for op in p2p_op_list:
+                    op.op(op.tensor, group=op.group, tag=op.tag, **_peer_kwarg(op))
+            return cm.works
+        return original(p2p_op_list)
+    finally:
+        info.batch_p2p_seq = None
+
+
+def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any = None) -> Any:
+    """A recording group that serves through the backends of an existing plain group.
+
+    Used for groups torch builds in C++ (``split_group``). Returns ``pg`` unchanged
+    (and logs why) when it cannot be adopted.
+    """
+    try:
+        new = RecordingProcessGroup(pg.rank(), pg.size())
+        default_name = str(pg.name()).lower()
+        for device in pg._device_types:
+            backend = pg._get_backend(device)
+            name = str(backend.name()).lower() if hasattr(backend, "name") else default_name
+            kind = dist.Backend.backend_type_map.get(name, _REAL_PG.BackendType.CUSTOM)
+            new._register_backend(device, kind, backend)
+        new._set_default_backend(
+            dist.Backend.backend_type_map.get(default_name, _REAL_PG.BackendType.CUSTOM)
+        )
+        if pg.bound_device_id is not None:
+            new.bound_device_id = pg.bound_device_id
+        new._set_group_name(pg.group_name)
+        new._set_group_desc(pg.group_desc)
+        new._commscope_inner = pg
+        register_group(
+            rec,
+            new,
+            list(ranks) if ranks is not None else list(range(pg.size())),
+            pg.rank(),
+            {str(d.type): str(pg._get_backend(d).name()).lower() for d in pg._device_types},
+            _timeout_ms(timeout),
+        )
+        return new
+    except Exception as exc:
+        logger.warning("commscope flight: cannot record split group %r: %r", pg, exc)
+        return pg
+
+
+def install() -> None:
+    """Patch ``torch.distributed`` so groups created from now on are recorded."""
+    with _lock:
+        if _originals:
+            return
+        _originals["_new_process_group_helper"] = c10d._new_process_group_helper
+        _originals["batch_isend_irecv"] = c10d.batch_isend_irecv
+        c10d._new_process_group_helper = _patched_helper
+        c10d.batch_isend_irecv = _patched_batch_isend_irecv
+        dist.batch_isend_irecv = _patched_batch_isend_irecv  # type: ignore[attr-defined]
+
+
+def uninstall() -> None:
+    """Undo :func:`install`; groups already recording keep their class but stop recording."""
+    with _lock:
+        if not _originals:
+            return
+        _restore(c10d, "_new_process_group_helper", _patched_helper)
+        _restore(c10d, "batch_isend_irecv", _patched_batch_isend_irecv)
+        if dist.batch_isend_irecv is _patched_batch_isend_irecv:  # type: ignore[attr-defined]
+            dist.batch_isend_irecv = _originals["batch_isend_irecv"]  # type: ignore[attr-defined]
+        _originals.clear()
+
+
+def _restore(module: Any, name: str, ours: Callable[..., Any]) -> None:
+    if getattr(module, name) is ours:
+        setattr(module, name, _originals[name])
+
+
+def installed() -> bool:
+    """Whether the patches are in place."""
+    return bool(_originals)
+
+
+def existing_groups() -> int:
+    """How many process groups torch already has (created before recording started)."""
+    if not c10d.is_initialized():
+        return 0
+    return len(c10d._world.pg_map)

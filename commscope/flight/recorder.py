@@ -1,0 +1,396 @@
+"""The recorder: turns each call on a recording process group into an :class:`Entry`.
+
+:class:`Recorder` owns the ring, the per-group counters and the set of pending entries
+the watchdog looks at. The recording process group (:mod:`commscope.flight.backend`)
+calls :meth:`Recorder.begin` before handing a call to the real backend and
+:meth:`Recorder.issued` with the backend's work afterwards. Completion is learnt without
+keeping the work or its tensors:
+
+* gloo and most backends: a callback on the work's future marks the entry completed;
+* works without a future (gloo's ``send``/``recv``) are returned wrapped in a
+  :class:`~commscope.flight.work.TrackedWork` whose ``wait`` marks it;
+* NCCL/XCCL futures complete at enqueue (CUDA futures), so their works are polled with
+  ``is_completed()`` by the watchdog until done, then released.
+
+Nothing here ever raises into the caller: the first internal failure is logged with
+its traceback and recording stops (``active`` becomes False); the job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
+from time import perf_counter_ns, time_ns
+from typing import Any
+
+from commscope.collectives import normalize_dtype_name
+from commscope.flight.config import FlightConfig
+from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
+from commscope.flight.groups import GroupInfo
+from commscope.flight.ring import Ring
+
+__all__ = ["Recorder", "SLOT", "Describe"]
+
+logger = logging.getLogger(__name__)
+
+# Backends whose work futures complete at enqueue (device-side completion): poll them.
+POLLED_BACKENDS = frozenset({"nccl", "xccl"})
+
+Describe = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Sequence[Any], Sequence[Any], Any]]
+"""``describe(args, kwargs) -> (inputs, outputs, peer)`` for one process-group method.
+
+``inputs``/``outputs`` hold tensors, or lists of tensors that PyTorch's recorder shows
+as one flattened buffer (``all_gather``'s output list: ``[[n, *shape]]``); ``peer`` is
+the group rank of a p2p op's other side, ``None`` for a collective.
+"""
+
+
+_getframe = sys._getframe
+_new_entry = object.__new__
+get_ident = threading.get_ident
+
+
+def _device_type(items: Sequence[Any]) -> str:
+    """Device type of the first tensor of ``items`` (which may nest one list)."""
+    for x in items:
+        if isinstance(x, (list, tuple)):
+            if not x:
+                continue
+            x = x[0]
+        if x.is_cpu:
+            return "cpu"
+        return "cuda" if x.is_cuda else str(x.device.type)
+    return "cpu"
+
+
+class _Slot:
+    """Where the recording process groups find the active recorder (or ``None``)."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self) -> None:
+        self.rec: Recorder | None = None
+
+
+SLOT = _Slot()
+
+
+class Recorder:
+    """Per-process recorder state: config, ring, groups, pending entries."""
+
+    def __init__(self, config: FlightConfig) -> None:
+        self.config = config
+        self.ring: Ring[Entry] = Ring(config.buffer_size)
+        self.groups: list[GroupInfo] = []
+        self.next_pg_id = 0
+        self.pending: dict[int, Entry] = {}
+        """Entries issued and not yet known to be completed, by record id."""
+        self.polled: dict[int, tuple[Entry, Any]] = {}
+        """Poll-mode works (NCCL) by record id, released once completed."""
+        self.active = True
+        self.global_rank = -1
+        self.world_size = -1
+        self.store: Any = None
+        """The default group's store (dump requests travel through it)."""
+        self.failed_collectives = 0
+        """How many works completed with an error (the watchdog dumps on a new one)."""
+        self._timing = config.timing
+        self._max_frames = config.max_frames
+        self._pending_cap = max(4096, 2 * config.buffer_size)
+        self._threads: dict[int, tuple[str, str]] = {}
+        self._dtypes: dict[Any, str] = {}
+        self._no_future: set[tuple[str, str]] = set()
+        self._failed = False
+        self._groups_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ groups
+
+    def add_group(
+        self,
+        name: str,
+        desc: str,
+        ranks: list[int],
+        rank: int,
+        backends: dict[str, str],
+        timeout_ms: int,
+    ) -> GroupInfo:
+        """Register a group this rank is a member of; returns its :class:`GroupInfo`."""
+        with self._groups_lock:
+            info = GroupInfo(self.next_pg_id, name, desc, ranks, rank, backends, timeout_ms)
+            self.next_pg_id += 1
+            self.groups.append(info)
+        return info
+
+    # ------------------------------------------------------------------ hot path
+
+    def begin(
+        self, pg: Any, op: str, describe: Describe, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Entry | None:
+        """Record that ``op`` is about to be handed to ``pg``'s backend.
+
+        Returns the new entry, or ``None`` when recording is off or failed. This is the
+        hot path (a few microseconds): no formatting, no tensor kept.
+        """
+        if not self.active:
+            return None
+        try:
+            info: GroupInfo | None = getattr(pg, "_commscope_info", None)
+            if info is None:
+                return None
+            e = _new_entry(Entry)
+            e.time_created_ns = time_ns()
+            inputs, outputs, peer = describe(args, kwargs)
+            e.input_sizes, e.input_dtypes = in_sizes, in_dtypes = self._shapes(inputs)
+            if outputs is inputs:
+                e.output_sizes, e.output_dtypes = in_sizes, in_dtypes
+            else:
+                e.output_sizes, e.output_dtypes = self._shapes(outputs)
+            if info.multi_backend:
+                backend = info.backend_for(_device_type(inputs or outputs))
+            else:
+                backend = info.default_backend
+            e.polled = backend in POLLED_BACKENDS
+            if peer is None:
+                e.profiling_name = f"{backend}:{op}"
+                e.is_p2p = False
+                e.peer = None
+            else:
+                if op == "send":
+                    e.profiling_name = f"{backend}:send {info.rank}->{peer}"
+                else:
+                    e.profiling_name = f"{backend}:recv {info.rank}<-{peer}"
+                e.is_p2p = True
+                e.peer = info.global_rank(peer)
+            e.pg_id = info.pg_id
+            e.pg_name = info.name
+            e.pg_desc = info.desc
+            e.mesh_axis = info.mesh_axis
+            e.timeout_ms = info.timeout_ms
+            e.group = info
+            e.state = SCHEDULED
+            e.time_discovered_started_ns = e.time_discovered_completed_ns = None
+            e.retired = e.failed = False
+            e.duration_ms = None
+            ident = get_ident()
+            thread = self._threads.get(ident)
+            if thread is None:
+                thread = self._thread_info(ident)
+            e.thread_name, e.thread_id = thread
+            # The stack from the caller of the process-group method, as a flat list of
+            # (code, instruction offset) pairs: lines are worked out at dump time.
+            limit = self._max_frames
+            if limit:
+                frames: list[Any] = []
+                push = frames.append
+                f = _getframe(2)
+                while f is not None and limit:
+                    push(f.f_code)
+                    push(f.f_lasti)
+                    f = f.f_back
+                    limit -= 1
+                e.frames = frames
+            else:
+                e.frames = ()
+            ring = self.ring
+            with ring.lock:
+                rid = ring._written
+                info.op_id += 1
+                if e.is_p2p:
+                    if info.batch_p2p_seq is not None:
+                        p2p = info.batch_p2p_seq
+                    else:
+                        info.p2p_seq_id += 1
+                        p2p = info.p2p_seq_id
+                    coll = info.collective_seq_id
+                else:
+                    if info.coalescing:
+                        if info.coalesced_seq is None:
+                            info.collective_seq_id += 1
+                            info.coalesced_seq = info.collective_seq_id
+                        coll = info.coalesced_seq
+                    else:
+                        info.collective_seq_id += 1
+                        coll = info.collective_seq_id
+                    info.last_enqueued = coll
+                    p2p = info.p2p_seq_id
+                e.record_id = rid
+                e.collective_seq_id = coll
+                e.p2p_seq_id = p2p
+                e.op_id = info.op_id
+                cap = ring._capacity
+                if cap:
+                    ring._items[rid % cap] = e
+                ring._written = rid + 1
+            pending = self.pending
+            pending[rid] = e
+            if len(pending) > self._pending_cap:
+                self._prune_pending()
+            if self._timing:
+                e.start_perf_ns = perf_counter_ns()
+            return e
+        except Exception as exc:
+            self.fail(exc)
+            return None
+
+    def issued(self, e: Entry | None, work: Any) -> Any:
+        """The backend accepted the call and returned ``work``; track its completion.
+
+        Returns the work to give back to the caller (the same object, or a
+        :class:`~commscope.flight.work.TrackedWork` around it).
+        """
+        if e is None:
+            return work
+        try:
+            e.state = STARTED
+            e.time_discovered_started_ns = time_ns()
+            info = e.group
+            if not e.is_p2p and e.collective_seq_id > info.last_started:
+                info.last_started = e.collective_seq_id
+            if work is None:
+                self.complete(e)
+                return work
+            if e.polled:
+                self.polled[e.record_id] = (e, work)
+                return work
+            kind = "p2p" if e.is_p2p else e.profiling_name
+            if kind not in self._no_future:
+                try:
+                    fut = work.get_future()
+                except Exception:
+                    self._no_future.add(kind)
+                else:
+                    fut.add_done_callback(partial(self._on_future, e))
+                    return work
+            from commscope.flight.work import TrackedWork
+
+            return TrackedWork(work, e, self)
+        except Exception as exc:
+            self.fail(exc)
+            return work
+
+    def not_issued(self, e: Entry | None) -> None:
+        """The backend raised instead of returning a work: the entry ends here."""
+        if e is not None:
+            self.complete(e, failed=True)
+
+    def _on_future(self, e: Entry, fut: Any) -> None:
+        failed = False
+        try:
+            fut.value()
+        except Exception:
+            failed = True
+        self.complete(e, failed=failed)
+
+    def complete(self, e: Entry, failed: bool = False) -> None:
+        """Mark an entry completed (retired), successfully or not."""
+        try:
+            if e.state == COMPLETED:
+                return
+            e.time_discovered_completed_ns = time_ns()
+            if self._timing and e.state == STARTED:
+                e.duration_ms = (perf_counter_ns() - e.start_perf_ns) / 1e6
+            e.state = COMPLETED
+            e.retired = True
+            self.pending.pop(e.record_id, None)
+            if not e.is_p2p:
+                info = e.group
+                if e.collective_seq_id > info.last_completed:
+                    info.last_completed = e.collective_seq_id
+            if failed:
+                e.failed = True
+                self.failed_collectives += 1
+        except Exception as exc:
+            self.fail(exc)
+
+    def poll(self) -> None:
+        """Check poll-mode works (NCCL); release the completed ones."""
+        for rid, (e, work) in list(self.polled.items()):
+            try:
+                done = work.is_completed()
+            except Exception:
+                done, failed = True, True
+            else:
+                failed = False
+            if not done:
+                continue
+            if not failed:
+                try:
+                    failed = work.exception() is not None
+                except Exception:
+                    failed = False
+            if self._timing:
+                try:
+                    duration = float(work._get_duration())
+                except Exception:
+                    duration = None
+            self.polled.pop(rid, None)
+            self.complete(e, failed=failed)
+            if self._timing:
+                e.duration_ms = duration
+
+    # ------------------------------------------------------------------ helpers
+
+    def _shapes(self, items: Sequence[Any]) -> tuple[list[Any], list[str]]:
+        sizes: list[Any] = []
+        dtypes: list[str] = []
+        names = self._dtypes
+        for x in items:
+            if isinstance(x, (list, tuple)):
+                if not x:
+                    continue
+                first = x[0]
+                shape = first.shape
+                if all(t.shape == shape for t in x):
+                    sizes.append((len(x), *shape))
+                    dtypes.append(names.get(first.dtype) or self._dtype_name(first.dtype))
+                    continue
+                for t in x:
+                    sizes.append(t.shape)
+                    dtypes.append(names.get(t.dtype) or self._dtype_name(t.dtype))
+            else:
+                sizes.append(x.shape)
+                dtype = x.dtype
+                dtypes.append(names.get(dtype) or self._dtype_name(dtype))
+        return sizes, dtypes
+
+    def _dtype_name(self, dtype: Any) -> str:
+        name = normalize_dtype_name(dtype)
+        self._dtypes[dtype] = name
+        return name
+
+    def _thread_info(self, ident: int) -> tuple[str, str]:  # first call from a thread
+        info = (threading.current_thread().name, str(ident))
+        self._threads[ident] = info
+        return info
+
+    def _prune_pending(self) -> None:
+        # Works nobody waits on and that have no future (an isend never waited for)
+        # cannot be tracked to completion; forget the oldest so the set stays bounded.
+        excess = len(self.pending) - self._pending_cap // 2
+        for rid in list(self.pending)[:excess]:
+            self.pending.pop(rid, None)
+
+    def overdue(self, now_ns: int, timeout_s: float | None) -> list[Entry]:
+        """Pending entries older than their timeout (``timeout_s`` overrides it)."""
+        out = []
+        for e in list(self.pending.values()):
+            limit_ns = int(timeout_s * 1e9) if timeout_s is not None else e.timeout_ms * 1_000_000
+            if now_ns - e.time_created_ns > limit_ns:
+                out.append(e)
+        return out
+
+    def fail(self, exc: BaseException) -> None:
+        """Log the first internal failure with its traceback and stop recording."""
+        self.active = False
+        if self._failed:
+            return
+        self._failed = True
+        logger.error(
+            "commscope flight recorder stopped recording after an internal error "
+            "(training is not affected): %r",
+            exc,
+            exc_info=exc,
+        )

@@ -1,0 +1,60 @@
+"""Settings come from enable() arguments first, then PyTorch's own variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from commscope.flight.config import DEFAULT_BUFFER_SIZE, DEFAULT_DUMP_PREFIX, resolve_config
+
+
+def test_defaults_without_environment():
+    cfg = resolve_config(env={})
+    assert cfg.buffer_size == DEFAULT_BUFFER_SIZE == 2000
+    assert cfg.dump_prefix == DEFAULT_DUMP_PREFIX
+    assert cfg.timeout_s is None
+    assert cfg.timing is False
+    assert cfg.dump_on_timeout is True
+    assert cfg.dump_format == "pickle"
+
+
+def test_torch_variables_are_honoured_new_names_first():
+    env = {
+        "TORCH_FR_BUFFER_SIZE": "77",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "55",
+        "TORCH_FR_DUMP_TEMP_FILE": "/x/fr_",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/y/nccl_",
+        "TORCH_NCCL_ENABLE_TIMING": "true",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+        "COMMSCOPE_FR_TIMEOUT_S": "2.5",
+    }
+    cfg = resolve_config(env=env)
+    assert (cfg.buffer_size, cfg.dump_prefix) == (77, "/x/fr_")
+    assert cfg.timing is True and cfg.dump_on_timeout is False and cfg.timeout_s == 2.5
+
+
+def test_legacy_names_when_new_ones_are_absent():
+    cfg = resolve_config(
+        env={"TORCH_NCCL_TRACE_BUFFER_SIZE": "55", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/y/n_"}
+    )
+    assert (cfg.buffer_size, cfg.dump_prefix) == (55, "/y/n_")
+
+
+def test_arguments_win_over_environment():
+    env = {"TORCH_FR_BUFFER_SIZE": "77", "COMMSCOPE_FR_TIMEOUT_S": "9"}
+    cfg = resolve_config(buffer_size=5, timeout_s=1.0, dump_format="json", env=env)
+    assert (cfg.buffer_size, cfg.timeout_s, cfg.dump_format) == (5, 1.0, "json")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "needle"),
+    [
+        ({}, {"TORCH_FR_BUFFER_SIZE": "lots"}, "TORCH_FR_BUFFER_SIZE='lots'"),
+        ({"buffer_size": -1}, {}, "buffer_size must be >= 0"),
+        ({"timeout_s": 0}, {}, "timeout_s must be > 0"),
+        ({"dump_format": "xml"}, {}, "dump_format must be one of"),
+        ({}, {"TORCH_NCCL_ENABLE_TIMING": "maybe"}, "TORCH_NCCL_ENABLE_TIMING='maybe'"),
+    ],
+)
+def test_bad_settings_name_the_value(kwargs, env, needle):
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+        resolve_config(env=env, **kwargs)

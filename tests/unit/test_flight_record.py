@@ -1,0 +1,244 @@
+"""Recording on torch's fake process group: fields, threads, memory, tensor lifetime."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import threading
+import weakref
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import commscope.flight as flight
+from commscope.collectives import canonical_name
+from commscope.flight.backend import RecordingProcessGroup
+from commscope.flight.recorder import SLOT
+
+
+@contextlib.contextmanager
+def recording(tmp_path, **kwargs):
+    kwargs.setdefault("watchdog", False)
+    cfg = flight.enable(
+        dump_prefix=str(tmp_path / "rank_"),
+        handle_signals=False,
+        dump_on_exception=False,
+        **kwargs,
+    )
+    try:
+        yield cfg
+    finally:
+        flight.disable()
+
+
+def entries():
+    return flight.snapshot()["entries"]
+
+
+def test_group_is_a_recording_group_and_entries_follow_the_format(tmp_path, fake_pg):
+    with recording(tmp_path, timing=True), fake_pg(3, 8):
+        world = dist.group.WORLD
+        assert isinstance(world, RecordingProcessGroup)
+        x = torch.ones(4, 2, dtype=torch.bfloat16)
+        dist.all_reduce(x)
+        out = torch.empty(32, 2, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(out, x)
+        dist.reduce_scatter_tensor(
+            torch.empty(1, 2, dtype=torch.bfloat16), torch.ones(8, 2, dtype=torch.bfloat16)
+        )
+        dist.send(torch.zeros(3), dst=5)
+        dist.barrier()
+        got = entries()
+        snap = flight.snapshot()
+    names = [e["profiling_name"] for e in got]
+    assert names == [
+        "fake:all_reduce",
+        "fake:_all_gather_base",
+        "fake:_reduce_scatter_base",
+        "fake:send 3->5",
+        "fake:barrier",
+    ]
+    assert [canonical_name(n) for n in names] == [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "send",
+        "barrier",
+    ]
+    ar, ag, rs, send, _barrier = got
+    assert ar["input_sizes"] == ar["output_sizes"] == [[4, 2]]
+    assert ar["input_dtypes"] == ["BFloat16"]
+    assert (ag["input_sizes"], ag["output_sizes"]) == ([[4, 2]], [[32, 2]])
+    assert (rs["input_sizes"], rs["output_sizes"]) == ([[8, 2]], [[1, 2]])
+    assert [e["collective_seq_id"] for e in got] == [1, 2, 3, 3, 4]
+    assert [e["p2p_seq_id"] for e in got] == [0, 0, 0, 1, 1]
+    assert [e["op_id"] for e in got] == [1, 2, 3, 4, 5]
+    assert [e["record_id"] for e in got] == [0, 1, 2, 3, 4]
+    assert send["is_p2p"] and send["peer"] == 5 and not ar["is_p2p"] and ar["peer"] is None
+    for e in got:
+        assert e["process_group"] == ("0", "default_pg")
+        assert e["state"] == "completed" and e["retired"] is True
+        assert e["duration_ms"] >= 0
+        assert e["time_discovered_completed_ns"] >= e["time_created_ns"]
+        assert e["mesh_axis"] is None
+    # Frames: innermost first, starting at torch's API function, ending in this test.
+    assert ar["frames"][0]["name"] == "all_reduce"
+    assert any(
+        f["name"] == "test_group_is_a_recording_group_and_entries_follow_the_format"
+        for f in ar["frames"]
+    )
+    frame = next(f for f in ar["frames"] if f["filename"] == __file__)
+    with open(__file__) as fh:
+        assert "dist.all_reduce(x)" in fh.readlines()[frame["line"] - 1]
+    assert snap["pg_config"] == {
+        "0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(8)))}
+    }
+    assert snap["pg_status"]["0"] == {
+        "last_enqueued_collective": 4,
+        "last_started_collective": 4,
+        "last_completed_collective": 4,
+    }
+    assert (snap["rank"], snap["world_size"], snap["version"]) == (3, 8, "2.10")
+    assert snap["commscope_format"] == "commscope.flight/1"
+
+
+def test_mesh_groups_carry_their_axis(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(1, 4):
+        tp = dist.new_group([0, 1], use_local_synchronization=True, group_desc="mesh_tp")
+        dist.all_reduce(torch.ones(2), group=tp)
+        dist.broadcast(torch.ones(2), group_src=1, group=tp)
+        got = entries()
+        cfg = flight.snapshot()["pg_config"]
+    assert [e["mesh_axis"] for e in got] == ["tp", "tp"]
+    assert [e["collective_seq_id"] for e in got] == [1, 2]
+    assert {c["desc"]: c["ranks"] for c in cfg.values()} == {
+        "default_pg": "[0, 1, 2, 3]",
+        "mesh_tp": "[0, 1]",
+    }
+
+
+def test_ring_keeps_buffer_size_newest(tmp_path, fake_pg):
+    with recording(tmp_path, buffer_size=5), fake_pg(0, 2):
+        for _ in range(12):
+            dist.all_reduce(torch.ones(1))
+        got = entries()
+    assert [e["collective_seq_id"] for e in got] == list(range(8, 13))
+    assert [e["record_id"] for e in got] == list(range(7, 12))
+
+
+def test_two_threads_record_everything(tmp_path, fake_pg):
+    n = 2000
+    with recording(tmp_path, buffer_size=10 * n), fake_pg(0, 2):
+        group = dist.new_group([0, 1])
+
+        def work(g):
+            t = torch.ones(3)
+            for _ in range(n):
+                dist.all_reduce(t, group=g)
+
+        threads = [threading.Thread(target=work, args=(g,)) for g in (None, group, None)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = entries()
+    assert len(got) == 3 * n
+    assert sorted(e["record_id"] for e in got) == list(range(3 * n))
+    by_pg: dict[str, list[int]] = {}
+    for e in got:
+        by_pg.setdefault(e["process_group"][1], []).append(e["collective_seq_id"])
+    assert sorted(by_pg["default_pg"]) == list(range(1, 2 * n + 1))
+    assert sorted(by_pg["undefined"]) == list(range(1, n + 1))
+    assert {e["thread_name"] for e in got} >= {t.name for t in threads}
+
+
+def test_no_tensor_is_kept_alive(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(0, 2):
+        x = torch.ones(8)
+        out = torch.empty(16)
+        refs = [weakref.ref(x), weakref.ref(out)]
+        dist.all_reduce(x)
+        work = dist.all_gather_into_tensor(out, x, async_op=True)
+        work.wait()
+        dist.send(x, dst=1)
+        del x, out, work
+        gc.collect()
+        assert [r() for r in refs] == [None, None]
+        assert len(entries()) == 3
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.slow
+def test_a_million_collectives_keep_memory_flat(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(0, 4):
+        pg = dist.group.WORLD
+        t = [torch.ones(4)]
+        for _ in range(100_000):
+            pg.allreduce(t)
+        gc.collect()
+        before = _rss_bytes()
+        for _ in range(900_000):
+            pg.allreduce(t)
+        gc.collect()
+        after = _rss_bytes()
+        rec = SLOT.rec
+        assert rec is not None
+        assert rec.ring.written == 1_000_000 and len(rec.ring) == 2000
+        assert not rec.pending
+        got = entries()
+    assert got[-1]["collective_seq_id"] == 1_000_000
+    assert after - before < 16 * 2**20, f"RSS grew by {(after - before) / 2**20:.1f} MiB"
+
+
+def test_an_internal_failure_stops_recording_and_never_raises(tmp_path, fake_pg, caplog):
+    with recording(tmp_path), fake_pg(0, 2):
+        dist.all_reduce(torch.ones(1))
+        rec = SLOT.rec
+
+        def broken(items):
+            raise RuntimeError("injected failure")
+
+        rec._shapes = broken
+        with caplog.at_level(logging.ERROR, logger="commscope.flight.recorder"):
+            for _ in range(3):
+                t = torch.ones(2)
+                dist.all_reduce(t)  # must not raise
+        assert not flight.is_enabled()
+        assert len(entries()) == 1
+    messages = [r for r in caplog.records if "stopped recording" in r.getMessage()]
+    assert len(messages) == 1 and "injected failure" in messages[0].getMessage()
+
+
+def test_disable_stops_recording_but_keeps_the_group_working(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(0, 2):
+        dist.all_reduce(torch.ones(1))
+        flight.disable()
+        dist.all_reduce(torch.ones(1))
+        assert not flight.is_enabled()
+        assert len(entries()) == 1
+        new = dist.new_group([0, 1])
+        assert not isinstance(new, RecordingProcessGroup)
+
+
+def test_dump_trace_has_the_tutorials_three_options(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(0, 2):
+        dist.all_reduce(torch.ones(1))
+        full = pickle.loads(flight.dump_trace())
+        no_stack = pickle.loads(flight.dump_trace(include_stack_traces=False))
+        no_coll = pickle.loads(flight.dump_trace(include_collectives=False))
+        active = pickle.loads(flight.dump_trace(only_active=True))
+        as_json = flight.dump_trace_json()
+    assert {"version", "pg_config", "pg_status", "entries"} <= set(full)
+    assert len(full["entries"]) == 1 and full["entries"][0]["frames"]
+    assert no_stack["entries"][0]["frames"] == []
+    assert no_coll["entries"] == [] and no_coll["pg_config"] == full["pg_config"]
+    assert active["entries"] == []  # the only entry completed
+    assert b'"profiling_name":"fake:all_reduce"' in as_json
