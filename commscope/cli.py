@@ -235,6 +235,47 @@ def _run_analyze(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write output: {exc}") from None
 
 
+# --------------------------------------------------------------------------- run
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    # "+" as the option prefix: every "-" argument belongs to torchrun or the script.
+    p = sub.add_parser(
+        "run",
+        help="launch a script with torchrun and the flight recorder on, script unchanged",
+        formatter_class=_formatter,
+        prefix_chars="+",
+        add_help=False,
+        usage="commscope run [torchrun options] SCRIPT [ARGS...]",
+        description="Run torchrun with every worker recording every collective of every "
+        "process group. On a hang (timeout, COMMSCOPE_FR_TIMEOUT_S or the group's own) "
+        "every rank writes <prefix><rank>; SIGTERM, SIGUSR1 and uncaught exceptions dump "
+        "too. Settings come from PyTorch's variables: TORCH_FR_BUFFER_SIZE, "
+        "TORCH_FR_DUMP_TEMP_FILE (default ./commscope_traces/rank_), "
+        "TORCH_NCCL_ENABLE_TIMING, TORCH_NCCL_DUMP_ON_TIMEOUT.",
+        epilog="examples:\n"
+        "  commscope run --nproc-per-node 4 train.py --epochs 1\n"
+        "  COMMSCOPE_FR_TIMEOUT_S=60 commscope run --nproc-per-node 8 -m my.trainer\n"
+        "  commscope analyze ./commscope_traces",
+    )
+    p.add_argument("torchrun_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(run=_run_run, run_parser=p)
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    from commscope.flight.launch import run, torchrun_command
+
+    argv = list(args.torchrun_args)
+    if not argv or argv[0] in ("-h", "--help"):
+        args.run_parser.print_help(sys.stdout)
+        return 0 if argv else 2
+    try:
+        torchrun_command(argv)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return run(argv)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -265,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mesh(sub)
     _add_view(sub)
     _add_analyze(sub)
+    _add_run(sub)
     return parser
 
 

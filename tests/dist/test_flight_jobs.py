@@ -1,0 +1,249 @@
+"""The flight recorder on real gloo jobs: a healthy step, a hang, an unmatched send."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from commscope.collectives import canonical_name, numel
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.dist
+
+
+def _init(rank: int, world_size: int, **enable_kwargs) -> None:
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+
+    flight.enable(**enable_kwargs)
+    store = dist.FileStore(os.environ["COMMSCOPE_TEST_STORE"], world_size)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
+    )
+
+
+# --------------------------------------------------------------------------- healthy
+
+
+def _healthy_step(rank, world_size):
+    import pickle
+
+    import torch
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    import commscope.flight as flight
+
+    _init(rank, world_size, watchdog=False, handle_signals=False, dump_on_exception=False)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
+    ddp(torch.randn(4, 8)).sum().backward()
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    mlp = parallelize_module(mlp, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    mlp(torch.randn(4, 8)).sum().backward()
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+    fully_shard(model[0], mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    model(torch.randn(4, 8)).sum().backward()
+    ours = flight.snapshot()
+    # gloo's own recorder (on by default in torch 2.13) is the independent witness.
+    native = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    return ours, native
+
+
+def _same_op(ours: dict, native: dict) -> bool:
+    a, b = canonical_name(ours["profiling_name"]), canonical_name(native["profiling_name"])
+    # gloo implements reduce_scatter_tensor with an all_reduce of the input.
+    return a == b or (a == "reduce_scatter" and b == "all_reduce")
+
+
+def test_healthy_ddp_tp_fsdp2_step_is_recorded_on_every_rank(tmp_path):
+    results = run_ranks(_healthy_step, 4, tmp_path, timeout=120, init=False)
+    by_rank = {}
+    for rank, (ours, native) in enumerate(results):
+        entries = ours["entries"]
+        # Every collective gloo saw, we saw: same group, op, sizes, in the same order.
+        assert len(entries) == len(native["entries"]) > 0
+        for e, n in zip(entries, native["entries"]):
+            assert e["process_group"] == tuple(n["process_group"]), (e, n)
+            assert _same_op(e, n), (e["profiling_name"], n["profiling_name"])
+            assert e["input_sizes"] == n["input_sizes"]
+            if canonical_name(e["profiling_name"]) == canonical_name(n["profiling_name"]):
+                out_numel = [numel(s) for s in e["output_sizes"]]
+                assert out_numel == [numel(s) for s in n["output_sizes"]]
+            assert e["state"] == "completed" and e["retired"]
+        assert ours["rank"] == rank and ours["world_size"] == 4
+        dp = [rank % 2, rank % 2 + 2]
+        tp = [rank // 2 * 2, rank // 2 * 2 + 1]
+        assert sorted((c["desc"], c["ranks"]) for c in ours["pg_config"].values()) == [
+            ("default_pg", "[0, 1, 2, 3]"),
+            ("mesh_dp", str(dp)),
+            ("mesh_tp", str(tp)),
+        ]
+        by_rank[rank] = entries
+
+    # What each part of the step must have issued, on the right group.
+    for entries in by_rank.values():
+        kinds = {(e["process_group"][1], e["profiling_name"], e["mesh_axis"]) for e in entries}
+        assert ("default_pg", "gloo:all_reduce", None) in kinds  # DDP's bucket
+        assert ("mesh_tp", "gloo:all_reduce", "tp") in kinds  # RowwiseParallel output
+        assert ("mesh_dp", "gloo:_all_gather_base", "dp") in kinds  # FSDP2 unshard
+        assert ("mesh_dp", "gloo:_reduce_scatter_base", "dp") in kinds  # FSDP2 grads
+        ddp = [
+            e
+            for e in entries
+            if e["profiling_name"] == "gloo:all_reduce" and e["process_group"][1] == "default_pg"
+        ]
+        assert ddp[-1]["input_sizes"] == [[8 * 8 + 8]] and ddp[-1]["input_dtypes"] == ["Float"]
+        for e in entries:
+            if e["profiling_name"].endswith("_all_gather_base"):
+                assert numel(e["output_sizes"][0]) == 2 * numel(e["input_sizes"][0])
+
+    # Sequence ids: 1..n per group, and identical sequences on every member.
+    per_group: dict[str, dict[int, list]] = {}
+    for rank, entries in by_rank.items():
+        for e in entries:
+            key = (e["collective_seq_id"], e["profiling_name"])
+            if canonical_name(e["profiling_name"]) not in ("scatter", "gather"):
+                # Only the root of a scatter/gather holds the list side.
+                key += (e["input_sizes"], e["output_sizes"], e["input_dtypes"])
+            per_group.setdefault(e["process_group"][0], {}).setdefault(rank, []).append(key)
+    for name, ranks in per_group.items():
+        sequences = list(ranks.values())
+        assert all(s == sequences[0] for s in sequences), name
+        assert [k[0] for k in sequences[0]] == list(range(1, len(sequences[0]) + 1))
+    assert len(per_group) == 1 + 2 + 2  # default, two dp groups, two tp groups
+
+
+# --------------------------------------------------------------------------- hang
+
+
+def _exit_when_all_dumped(prefix: str, world_size: int, limit_s: float) -> None:
+    def watch() -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if all(os.path.exists(f"{prefix}{r}") for r in range(world_size)):
+                time.sleep(0.2)
+                break
+            time.sleep(0.05)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _skip_one_all_reduce(rank, world_size, out_dir, timeout_s):
+    import torch
+    import torch.distributed as dist
+
+    prefix = os.path.join(out_dir, "rank_")
+    _init(rank, world_size, dump_prefix=prefix, timeout_s=timeout_s, poll_interval_s=0.25)
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    with open(os.path.join(out_dir, "..", f"start_{rank}"), "w") as fh:
+        fh.write(repr(time.time()))
+    _exit_when_all_dumped(prefix, world_size, 30)
+    if rank == 3:
+        # Rank 3 skips the fourth all_reduce: it does something else, then idles.
+        solo = dist.new_group([3], use_local_synchronization=True, group_desc="solo")
+        dist.all_gather_into_tensor(torch.empty(4), t, group=solo)
+        time.sleep(60)
+    else:
+        dist.all_reduce(t)  # never completes
+    time.sleep(60)
+
+
+def _load(path: str) -> dict:
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def test_hang_every_rank_dumps_and_torch_fr_trace_names_the_missing_rank(tmp_path):
+    out = tmp_path / "dumps"
+    out.mkdir()
+    timeout_s = 2.0
+    results = run_ranks(
+        _skip_one_all_reduce, 4, tmp_path, str(out), timeout_s, timeout=60, check=False, init=False
+    )
+    assert all(not r.timed_out for r in results), results
+    files = sorted(glob.glob(str(out / "rank_*")))
+    assert [os.path.basename(f) for f in files] == [f"rank_{r}" for r in range(4)]
+    start = min(float((tmp_path / f"start_{r}").read_text()) for r in range(4))
+    for f in files:
+        assert os.path.getmtime(f) - start <= timeout_s + 5, f
+    dumps = {r: _load(str(out / f"rank_{r}")) for r in range(4)}
+    for r in range(3):
+        last = dumps[r]["entries"][-1]
+        assert last["profiling_name"] == "gloo:all_reduce"
+        assert last["collective_seq_id"] == 4 and last["state"] == "started"
+        assert not last["retired"]
+        assert dumps[r]["pg_status"]["0"]["last_enqueued_collective"] == 4
+        assert dumps[r]["pg_status"]["0"]["last_completed_collective"] == 3
+    # Rank 3 was not stuck in any collective: it dumped because another rank asked.
+    assert dumps[3]["dump_reason"].startswith("request from rank ")
+    assert int(dumps[3]["dump_reason"].rsplit(" ", 1)[1]) in (0, 1, 2)
+    default = [e for e in dumps[3]["entries"] if e["process_group"][1] == "default_pg"]
+    assert [e["collective_seq_id"] for e in default] == [1, 2, 3]
+    instead = dumps[3]["entries"][-1]
+    assert instead["process_group"][1] == "solo"
+    assert instead["profiling_name"] == "gloo:_all_gather_base"
+    assert instead["state"] == "completed"
+
+    # PyTorch's own analyzer reads the dumps and blames the same rank.
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert "Not all ranks joining collective" in report, report
+    assert "missing ranks: {3}" in report, report
+
+
+def _unmatched_send(rank, world_size, out_dir):
+    import torch
+    import torch.distributed as dist
+
+    prefix = os.path.join(out_dir, "rank_")
+    _init(rank, world_size, dump_prefix=prefix, timeout_s=1.5, poll_interval_s=0.25)
+    dist.all_reduce(torch.ones(2))
+    _exit_when_all_dumped(prefix, world_size, 30)
+    if rank == 0:
+        dist.send(torch.arange(6.0), dst=1)  # rank 1 never receives
+    time.sleep(60)
+
+
+def test_unmatched_send_shows_pending_p2p_with_peer(tmp_path):
+    out = tmp_path / "dumps"
+    out.mkdir()
+    results = run_ranks(_unmatched_send, 2, tmp_path, str(out), timeout=60, check=False, init=False)
+    assert all(not r.timed_out for r in results), results
+    sender = _load(str(out / "rank_0"))
+    assert sender["dump_reason"] == "timeout"
+    send = sender["entries"][-1]
+    assert send["profiling_name"] == "gloo:send 0->1"
+    assert send["is_p2p"] and send["peer"] == 1
+    assert send["state"] == "started" and not send["retired"]
+    assert send["input_sizes"] == [[6]] and send["p2p_seq_id"] == 1
+    assert send["collective_seq_id"] == 1  # carries the all_reduce count
+    receiver = _load(str(out / "rank_1"))
+    assert receiver["dump_reason"] == "request from rank 0"
+    assert [e["profiling_name"] for e in receiver["entries"]] == ["gloo:all_reduce"]
