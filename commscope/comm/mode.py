@@ -114,6 +114,7 @@ class CommDebugMode(TorchDispatchMode):
         self._raw = []
         self._searched: set[str] = set()
         self._records = None
+        self._rank = self._world_size = None
         self._axis_by_group = None
         self._tracker.enter()
         try:
@@ -127,7 +128,6 @@ class CommDebugMode(TorchDispatchMode):
     def __exit__(self, *exc: Any) -> None:
         try:
             self._axis_by_group = self._mesh_axes()
-            self._rank, self._world_size = _rank_and_world()
             self._tracker.exit()
         finally:
             self._active = False
@@ -182,7 +182,11 @@ class CommDebugMode(TorchDispatchMode):
         elif kwargs and cls.group_arg >= 0:
             group_value = kwargs.get(cls.arg_names[cls.group_arg])
         group = registry.group_info(group_value, self._groups)
-        if not group.desc.startswith("mesh_") and group.name not in self._searched:
+        if (
+            group.name not in self._searched
+            and not group.desc.startswith("mesh_")
+            and not _known_group(group.name, self._tracker.meshes)
+        ):
             self._searched.add(group.name)
             _find_meshes(self._tracker.meshes)
         self._raw.append((cls, rec.fqn, bucket, phase == CHECKPOINTING, nbytes, dtype, group))
@@ -279,7 +283,7 @@ class CommDebugMode(TorchDispatchMode):
         """Write the table without colours to ``file_name`` (``{rank}`` is replaced)."""
         from commscope.comm.report import format_table
 
-        path = _output_path(file_name, self._rank)
+        path = _output_path(file_name, self._where()[0])
         with open(path, "w") as f:
             f.write(format_table(self.trace(), noise_level, color=False))
 
@@ -289,7 +293,7 @@ class CommDebugMode(TorchDispatchMode):
         """Write the JSON dump (PyTorch's keys plus ours, see docs/comm.md) to ``file_name``."""
         from commscope.comm.schema import write_json
 
-        write_json(self.trace(), _output_path(file_name, self._rank), noise_level)
+        write_json(self.trace(), _output_path(file_name, self._where()[0]), noise_level)
 
     # ------------------------------------------------------------------ ours
 
@@ -342,6 +346,8 @@ class CommDebugMode(TorchDispatchMode):
                 found = strings[key] = str(obj)
             return found
 
+        records = self._tracker.records
+
         def node(rec: ModuleRecord) -> ModuleNode:
             n = ModuleNode(fqn=rec.fqn, depth=rec.depth, module_type=rec.module_type)
             for name, param in rec.params:
@@ -361,10 +367,10 @@ class CommDebugMode(TorchDispatchMode):
                     entry.input_sharding = [str(p) for p in placements]
                     entry.device_mesh = "" if mesh is None else text(mesh)
                 n.ops.append(entry)
-            n.children = [node(child) for child in rec.children]
+            n.children = [node(records[child]) for child in rec.children]
             return n
 
-        rank, world = (self._rank, self._world_size) if not self._active else _rank_and_world()
+        rank, world = self._where()
         return CommTrace(
             root=node(self._tracker.global_record),
             records=list(self.records),
@@ -374,6 +380,12 @@ class CommDebugMode(TorchDispatchMode):
             torch_version=str(torch.__version__),
             bandwidth_gbps=self.bandwidth_gbps,
         )
+
+    def _where(self) -> tuple[int | None, int | None]:
+        """Rank and world size, asked once (when first reported, not on exit)."""
+        if self._rank is None:
+            self._rank, self._world_size = _rank_and_world()
+        return self._rank, self._world_size
 
     def __repr__(self) -> str:
         return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
@@ -391,6 +403,15 @@ def _dtensor_info(args: Any, meshes: dict[int, Any]) -> tuple[list[Any], list[An
     if mesh is not None:
         meshes[id(mesh)] = mesh
     return shapes, placements, mesh
+
+
+def _known_group(group_name: str, meshes: dict[int, Any]) -> bool:
+    """True when one of the meshes seen so far has ``group_name`` as one of its axes."""
+    for mesh in meshes.values():
+        names = getattr(mesh, "_dim_group_names", None) or ()
+        if group_name in names:
+            return True
+    return False
 
 
 def _find_meshes(meshes: dict[int, Any], max_frames: int = 48) -> None:

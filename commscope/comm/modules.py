@@ -86,8 +86,9 @@ class ModuleRecord:
     """The module it first ran under (``None`` for Global)."""
     ancestors: tuple[ModuleRecord, ...] = ()
     """Parent, grand-parent, ..., Global: where its collectives roll up to."""
-    children: list[ModuleRecord] = field(default_factory=list)
-    """Modules first run under this one, in call order, each once."""
+    children: list[str] = field(default_factory=list)
+    """FQNs of the modules first run under this one, in call order, each once (names,
+    not records: links go upward only, so a finished trace is freed without the GC)."""
     params: list[tuple[str, Any]] = field(default_factory=list)
     """Direct parameters ``(name, parameter)`` (``recurse=False``)."""
     ops: list[tuple[Any, int, Any]] = field(default_factory=list)
@@ -117,6 +118,7 @@ class ModuleTracker:
         self._named: weakref.WeakSet[Any] = weakref.WeakSet()
         self._handles: list[Any] = []
         self.active = False
+        self._used = False
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -139,8 +141,10 @@ class ModuleTracker:
         self.meshes: dict[int, Any] = {}
 
     def enter(self) -> None:
-        """Start tracking: install the global forward pre-hook."""
-        self.reset()
+        """Start tracking: install the global forward hooks."""
+        if self._used:
+            self.reset()
+        self._used = True
         self._thread = threading.get_ident()
         self._local = set()
         self._handles = [
@@ -197,7 +201,7 @@ class ModuleTracker:
                 ancestors=(parent, *parent.ancestors),
                 params=[(n, p) for n, p in mod._parameters.items() if p is not None],
             )
-            parent.children.append(rec)
+            parent.children.append(fqn)
             self.records[fqn] = rec
             for _, param in rec.params:
                 self._param_owner[id(param)] = rec
@@ -327,7 +331,7 @@ class ModuleTracker:
         def walk(rec: ModuleRecord) -> None:
             out.append(rec)
             for child in rec.children:
-                walk(child)
+                walk(self.records[child])
 
         walk(self.global_record)
         return out
@@ -366,7 +370,7 @@ class ModuleTracker:
     @property
     def parent_dict(self) -> dict[str, list[str]]:
         """``{fqn: [child fqns]}`` for modules with children (no duplicates)."""
-        return {r.fqn: [c.fqn for c in r.children] for r in self.modules() if r.children}
+        return {r.fqn: list(r.children) for r in self.modules() if r.children}
 
     @property
     def module_parents_dict(self) -> dict[str, set[str]]:

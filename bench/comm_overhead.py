@@ -1,0 +1,182 @@
+"""Overhead of comm tracing: plain vs PyTorch's CommDebugMode vs ours, side by side.
+
+One process, torch's fake process group (4 ranks, this process is rank 0), one OpenMP
+thread. Each trial times ``with mode: step`` (enter and exit included, as PyTorch's mode
+cannot run two steps in one block); the variants take turns trial by trial, so a noisy
+neighbour slows them all alike. Medians are reported, with each variant's ratio to plain
+and ours relative to PyTorch.
+
+Variants: ``plain`` (no mode), ``pytorch`` (torch.distributed.tensor.debug.CommDebugMode),
+``ours`` (commscope.comm.CommDebugMode, everything captured: ops, modules, collectives with
+bytes and groups) and ``ours_ops=False`` (collectives and modules only).
+
+Steps: TP MLP forward, TP MLP forward+backward, 2-layer TP Transformer forward+backward.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/comm_overhead.py [--scale 0.2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import contextlib
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.distributed as dist
+
+warnings.simplefilter("ignore")
+
+
+def _variants() -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
+
+    from commscope.comm import CommDebugMode
+
+    return {
+        "plain": contextlib.nullcontext,
+        "pytorch": TorchCommDebugMode,
+        "ours": CommDebugMode,
+        "ours_ops=False": lambda: CommDebugMode(ops=False),
+    }
+
+
+def _steps(mesh) -> dict[str, tuple[Callable[[], None], int]]:
+    from commscope.comm.examples import mlp_input, tp_mlp, tp_transformer, transformer_input
+
+    mlp = tp_mlp(mesh)
+    x = mlp_input()
+    transformer = tp_transformer(mesh)
+    tokens = transformer_input()
+
+    def mlp_forward() -> None:
+        mlp(x)
+
+    def mlp_forward_backward() -> None:
+        mlp(x).sum().backward()
+        mlp.zero_grad(set_to_none=True)
+
+    def transformer_forward_backward() -> None:
+        transformer(tokens).sum().backward()
+        transformer.zero_grad(set_to_none=True)
+
+    return {
+        "TP MLP forward": (mlp_forward, 600),
+        "TP MLP forward+backward": (mlp_forward_backward, 300),
+        "TP Transformer (2 layers) forward+backward": (transformer_forward_backward, 100),
+    }
+
+
+def _measure(
+    step: Callable[[], None], trials: int, variants: dict, collect: bool
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Interleaved trials; returns times per variant and cyclic garbage left per trial.
+
+    With ``collect``, the garbage collector is off while timing and each round ends with
+    ``gc.collect()`` and one untimed plain step, so no variant pays for another's garbage
+    (PyTorch's mode leaves reference cycles behind; ours leaves none). The order of the
+    variants rotates every round.
+    """
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(3):  # warm-up: DTensor's sharding-propagation cache, first hooks
+        for make in variants.values():
+            with make():
+                step()
+    garbage: dict[str, float] = {}
+    for name in names:
+        gc.collect()
+        gc.disable()
+        for _ in range(10):
+            with variants[name]():
+                step()
+        garbage[name] = gc.collect() / 10
+        gc.enable()
+    if collect:
+        gc.disable()
+    try:
+        for i in range(trials):
+            order = names[i % len(names) :] + names[: i % len(names)]
+            for name in order:
+                t0 = time.perf_counter()
+                with variants[name]():
+                    step()
+                times[name].append(time.perf_counter() - t0)
+            if collect:
+                gc.collect()
+                step()
+    finally:
+        gc.enable()
+    return times, garbage
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the trial counts")
+    parser.add_argument("--json", help="also write the medians to this JSON file")
+    parser.add_argument(
+        "--gc",
+        choices=("between-rounds", "on"),
+        default="between-rounds",
+        help="garbage collection: off while timing and run between rounds (default), or "
+        "left on as usual (then a variant may pay for another's garbage)",
+    )
+    args = parser.parse_args(argv)
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    torch.set_num_threads(1)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("tp",))
+    variants = _variants()
+    print(
+        f"comm_overhead: torch {torch.__version__}, python {platform.python_version()}, "
+        f"{platform.machine()}, fake PG world_size=4, torch threads={torch.get_num_threads()}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, gc={args.gc}"
+    )
+    results = {}
+    for title, (step, trials) in _steps(mesh).items():
+        n = max(10, int(trials * args.scale))
+        times, garbage = _measure(step, n, variants, args.gc == "between-rounds")
+        medians = {name: statistics.median(v) for name, v in times.items()}
+        plain = medians["plain"]
+        print(f"\n[{title}] {n} trials per variant, interleaved")
+        for name, value in medians.items():
+            p10 = sorted(times[name])[len(times[name]) // 10]
+            print(
+                f"  {name:15s} median {value * 1e3:8.3f} ms   p10 {p10 * 1e3:8.3f} ms   "
+                f"{value / plain:5.2f}x plain   cyclic garbage/trial {garbage[name]:5.1f}"
+            )
+        ratio = medians["ours"] / medians["pytorch"]
+        light = medians["ours_ops=False"] / medians["pytorch"]
+        print(f"  ours / pytorch = {ratio:.2f}x   (ops=False: {light:.2f}x)")
+        results[title] = {
+            "trials": n,
+            "median_ms": {k: v * 1e3 for k, v in medians.items()},
+            "x_plain": {k: v / plain for k, v in medians.items()},
+            "ours_over_pytorch": ratio,
+            "ours_ops_false_over_pytorch": light,
+            "cyclic_garbage_per_trial": garbage,
+        }
+    dist.destroy_process_group()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
