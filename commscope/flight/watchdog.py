@@ -88,7 +88,7 @@ class Watchdog:
         self._pipe: tuple[int, int] | None = None
         self._old_wakeup_fd: int | None = None
         self._prev_handlers: dict[int, Any] = {}
-        self._last_signal_dump: dict[int, float] = {}
+        self._last_signal_dump: dict[int, tuple[float, threading.Event | None]] = {}
         self._handler_ran: dict[int, float] = {}
         self._signal_lock = threading.Lock()
         self._prev_excepthook: Any = None
@@ -258,12 +258,24 @@ class Watchdog:
             self._pipe = None
 
     def _signal_dump(self, signum: int) -> None:
+        # The watchdog (wakeup pipe) and the main thread (Python handler) both see a
+        # signal; one dumps, the other waits for that dump to be on disk, so the main
+        # thread never hands over to a handler that exits while the file is half done.
         with self._signal_lock:
             now = time.monotonic()
-            if now - self._last_signal_dump.get(signum, -1e9) < _SIGNAL_DEDUP_S:
-                return
-            self._last_signal_dump[signum] = now
-        self._safe_dump(f"signal {signal.Signals(signum).name}")
+            started, done = self._last_signal_dump.get(signum, (-1e9, None))
+            mine = now - started >= _SIGNAL_DEDUP_S or done is None
+            if mine:
+                done = threading.Event()
+                self._last_signal_dump[signum] = (now, done)
+        assert done is not None
+        if not mine:
+            done.wait(10)
+            return
+        try:
+            self._safe_dump(f"signal {signal.Signals(signum).name}")
+        finally:
+            done.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._handler_ran[signum] = time.monotonic()
