@@ -66,9 +66,22 @@ class DumpError(Exception):
     """A file that cannot be used at all; the message says why."""
 
 
+_RANKS_CACHE: dict[str, tuple[int, ...] | None] = {}
+
+
 def _parse_ranks(text: Any) -> tuple[int, ...] | None:
-    if type(text) is str and len(text) < 10_000_000 and _RANKS_TEXT.match(text):
-        return tuple(sorted({int(x) for x in re.findall(r"\d+", text)}))
+    """``"[0, 1, 2]"`` → ``(0, 1, 2)``. Every rank of a job repeats the same strings (the
+    default group of 4 096 ranks is 24 KB of text), so parsed lists are cached and
+    shared: one tuple object, however many dumps hold it."""
+    if type(text) is str:
+        if text in _RANKS_CACHE:
+            return _RANKS_CACHE[text]
+        ranks = None
+        if len(text) < 10_000_000 and _RANKS_TEXT.match(text):
+            ranks = tuple(sorted({int(x) for x in re.findall(r"\d+", text)}))
+        if len(_RANKS_CACHE) < 100_000:
+            _RANKS_CACHE[text] = ranks
+        return ranks
     if isinstance(text, list) and all(type(x) is int and x >= 0 for x in text):
         return tuple(sorted(set(text)))
     return None
@@ -369,10 +382,19 @@ def finish_sigs(dump: RankDump, table: SigTable) -> None:
         mk_of.append(table.match_keys[gid])
     remap.append(GAP)
     mk_of.append(GAP)
+    mapping = (tuple(remap), tuple(mk_of))
     for track in dump.tracks.values():
-        local_ids = track.sig
-        track.sig = array("l", map(remap.__getitem__, local_ids))
-        track.mk = array("l", map(mk_of.__getitem__, local_ids))
+        # Most ranks hold the very same columns: convert each distinct one once and
+        # share the result (time and memory on thousands of ranks).
+        key = (mapping, track.lo, track.sig.tobytes())
+        shared = table.columns.get(key)
+        if shared is None:
+            local_ids = track.sig
+            shared = (array("l", map(remap.__getitem__, local_ids)),
+                      array("l", map(mk_of.__getitem__, local_ids)))
+            if len(table.columns) < 4096:
+                table.columns[key] = shared
+        track.sig, track.mk = shared
     for op in dump.p2p:
         op.sig = remap[op.sig]
     dump.sig_keys = None

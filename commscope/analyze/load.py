@@ -281,6 +281,7 @@ def load_dumps(
     table = SigTable()
     unreadable: list[Unreadable] = []
     by_rank: dict[int, list[RankDump]] = {}
+    rank_lists: dict[tuple[int, ...], tuple[int, ...]] = {}
     done = 0
     if progress:
         progress(0, len(files))
@@ -290,6 +291,7 @@ def load_dumps(
                 unreadable.append(item)
             else:
                 finish_sigs(item, table)
+                _share_ranks(item, rank_lists)
                 by_rank.setdefault(item.rank, []).append(item)
                 if item.problems:
                     unreadable.append(Unreadable(item.path, _partial_text(item), item.rank))
@@ -308,8 +310,17 @@ def load_dumps(
                 rank,
             ))
     _share_columns(dumps)
+    table.columns.clear()
     unreadable.sort(key=lambda u: u.file)
     return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root)
+
+
+def _share_ranks(dump: RankDump, seen: dict[tuple[int, ...], tuple[int, ...]]) -> None:
+    """One tuple object per distinct rank list: worker processes send copies, and 4 096
+    ranks x the default group's 4 096 ranks would otherwise cost gigabytes."""
+    dump.config = {k: seen.setdefault(v, v) for k, v in dump.config.items()}
+    if dump.world_hint is not None:
+        dump.world_hint = seen.setdefault(dump.world_hint, dump.world_hint)
 
 
 def _partial_text(dump: RankDump) -> str:
@@ -335,7 +346,7 @@ def _share_columns(dumps: dict[int, RankDump]) -> None:
     seen: dict[tuple[str, int, bytes], array] = {}
     for d in dumps.values():
         for track in d.tracks.values():
-            for name in ("sig", "status", "mk"):
+            for name in ("status",):  # sig and mk are shared by finish_sigs already
                 col = getattr(track, name)
                 if col is None:
                     continue

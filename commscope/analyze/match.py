@@ -152,11 +152,15 @@ def expected_ranks(load: LoadResult, world_size: int | None = None) -> list[int]
     sizes = [d.world_size for d in load.dumps.values() if d.world_size]
     if sizes:
         return list(range(max(max(sizes), max(seen, default=-1) + 1)))
-    for d in load.dumps.values():
+    lists = {}
+    for d in load.dumps.values():  # the same tuple objects repeat on every rank
         if d.world_hint:
-            seen.update(d.world_hint)
+            lists[id(d.world_hint)] = d.world_hint
         for ranks in d.config.values():
-            seen.update(ranks)
+            lists[id(ranks)] = ranks
+    for ranks in lists.values():
+        if ranks:
+            seen.add(max(ranks))
     return list(range(max(seen) + 1)) if seen else []
 
 
@@ -168,7 +172,7 @@ def build_groups(load: LoadResult, world: list[int]) -> dict[str, Group]:
     """Every group seen in any dump, with its members (see module doc)."""
     descs: dict[str, Counter[str]] = {}
     recorded: dict[str, set[int]] = {}
-    configured: dict[str, set[int]] = {}
+    configured: dict[str, dict[int, tuple[int, ...]]] = {}
     for rank, d in load.dumps.items():
         for name in list(d.tracks) + [op.group for op in d.p2p]:
             recorded.setdefault(name, set()).add(rank)
@@ -178,7 +182,7 @@ def build_groups(load: LoadResult, world: list[int]) -> dict[str, Group]:
         for name, desc in d.group_desc.items():
             descs.setdefault(name, Counter())[desc] += 1
         for name, ranks in d.config.items():
-            configured.setdefault(name, set()).update(ranks)
+            configured.setdefault(name, {})[id(ranks)] = ranks
     hint = next((d.world_hint for _, d in sorted(load.dumps.items()) if d.world_hint), None)
     groups: dict[str, Group] = {}
     for name in sorted(set(recorded) | set(configured)):
@@ -187,7 +191,8 @@ def build_groups(load: LoadResult, world: list[int]) -> dict[str, Group]:
         members = set(recorded.get(name, ()))
         if name in configured:
             how = "pg_config"
-            members |= configured[name]
+            for ranks in configured[name].values():
+                members.update(ranks)
         elif _is_default(name, desc):
             how = "world"
             members |= set(world) | set(hint or ())

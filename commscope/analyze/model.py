@@ -77,6 +77,8 @@ class SigTable:
         """Per sig id, the id of what must agree across ranks (``signature.match_key``)."""
         self.match_ids: dict[Any, int] = {}
         self.match_values: list[Any] = []
+        self.columns: dict[Any, Any] = {}
+        """Converted signature/match-key columns shared between ranks (loading only)."""
 
     def __len__(self) -> int:
         return len(self.sigs)

@@ -235,13 +235,14 @@ def write_scale_dumps(folder: str | os.PathLike[str], world_size: int, entries: 
                       *, missing_rank: int | None = None) -> list[str]:
     """The benchmark's dumps: ``world_size`` ranks x ``entries`` records in PyTorch's
     native format with a correct ``pg_config`` (one default group, all_reduce /
-    all_gather / reduce_scatter / broadcast in turn, NCCL names, timings), the newest
+    all_gather / reduce_scatter / broadcast in turn, NCCL names that fr_trace accepts,
+    timings), the newest
     collective unfinished everywhere and never issued by ``missing_rank`` (default: the
     middle rank)."""
     missing = world_size // 2 if missing_rank is None else missing_rank
     os.makedirs(folder, exist_ok=True)
     ops = [("all_reduce", [[1024, 1024]], [[1024, 1024]]),
-           ("_allgather_base", [[4096]], [[4096 * world_size]]),
+           ("all_gather", [[4096]], [[4096 * world_size]]),
            ("_reduce_scatter_base", [[4096 * world_size]], [[4096]]),
            ("broadcast", [[256]], [[256]])]
     frames = [[*_TORCH_FRAMES, {"name": f"layer_{i}", "filename": "/home/user/model.py",

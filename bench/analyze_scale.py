@@ -1,0 +1,149 @@
+"""commscope analyze vs PyTorch's fr_trace on the same synthesized dumps, side by side.
+
+For each N in --ranks: write N rank dumps x --entries records in PyTorch's native 2.10
+format with a correct pg_config (one default group; all_reduce / all_gather /
+reduce_scatter / broadcast in turn; the newest collective never issued by the middle
+rank), then run, each in its own process and timed by wall clock with the peak RSS of
+the whole process tree sampled every 10 ms:
+
+  ours:  python -m commscope analyze DIR --json -o OUT
+  torch: python -m torch.distributed.flight_recorder.fr_trace DIR
+
+and check that both name the missing rank. fr_trace is skipped above --torch-max ranks
+(it takes minutes there: 313 s at 2 048 ranks on this kind of box).
+
+  .venv/bin/python bench/analyze_scale.py                       # 64 and 512 ranks
+  .venv/bin/python bench/analyze_scale.py --ranks 64,512,4096   # the goals in the issue
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from commscope.analyze.synth import write_scale_dumps  # noqa: E402
+
+
+def _tree_rss_kb(pid: int) -> int:
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+def run_measured(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
+    """(wall seconds, peak tree RSS in MB, exit code, stdout+stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COMMSCOPE_NO_RICH": "1"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss_kb(proc.pid))
+            stop.wait(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    return wall, peak / 1024, proc.returncode, out.decode(errors="replace")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="64,512", help="comma-separated rank counts")
+    ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--torch-max", type=int, default=512,
+                    help="largest N on which fr_trace also runs (0: never)")
+    ap.add_argument("--jobs", type=int, help="worker processes for ours (default: auto)")
+    ap.add_argument("--dir", help="where to write dumps (default: a temporary folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the dumps")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.ranks.split(",") if x.strip()]
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="analyze_scale_"))
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"python {platform.python_version()}")
+    print(f"{args.entries} records per rank; the middle rank misses the newest collective\n")
+    header = (f"{'ranks':>6} {'ours s':>8} {'torch s':>8} {'speedup':>8} {'ours MB':>8} "
+              f"{'torch MB':>9} {'mem ratio':>9} {'ours us/rank/entry':>19}  both found culprit")
+    print(header)
+    rows = []
+    for n in sizes:
+        folder = base / f"n{n}"
+        if not (folder / f"rank_{n - 1}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            write_scale_dumps(folder, n, args.entries)
+        culprit = n // 2
+        out_json = base / f"ours_{n}.json"
+        cmd = [sys.executable, "-m", "commscope", "analyze", str(folder), "--json", "-o",
+               str(out_json)]
+        if args.jobs:
+            cmd += ["--jobs", str(args.jobs)]
+        ours_s, ours_mb, code, text = run_measured(cmd, args.timeout)
+        if code != 0:
+            print(text)
+            return 1
+        root = json.loads(out_json.read_text())["findings"][0]
+        ours_ok = root["kind"] == "missing_rank" and root["culprit_ranks"] == [culprit]
+        torch_s = torch_mb = None
+        torch_ok = None
+        if n <= args.torch_max:
+            cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)]
+            torch_s, torch_mb, code, text = run_measured(cmd, args.timeout)
+            torch_ok = code == 0 and "missing ranks" in text and f"{culprit}" in text
+        speed = f"{torch_s / ours_s:7.1f}x" if torch_s else "       -"
+        mem = f"{ours_mb / torch_mb:8.2f}" if torch_mb else "        -"
+        per = ours_s / (n * args.entries) * 1e6
+        found = f"ours {'yes' if ours_ok else 'NO'}" + (
+            f", torch {'yes' if torch_ok else 'NO'}" if torch_ok is not None else "")
+        print(f"{n:>6} {ours_s:>8.2f} {torch_s if torch_s else float('nan'):>8.2f} {speed} "
+              f"{ours_mb:>8.0f} {torch_mb if torch_mb else float('nan'):>9.0f} {mem} "
+              f"{per:>19.3f}  {found}", flush=True)
+        rows.append((n, ours_s, per))
+        if not args.keep and not args.dir:
+            shutil.rmtree(folder, ignore_errors=True)
+    if len(rows) > 1:
+        (n0, _, p0), (n1, _, p1) = rows[0], rows[-1]
+        print(f"\nours, time per rank x entry: {p0:.3f} us at {n0} ranks, {p1:.3f} us at {n1} "
+              f"ranks (ratio {p1 / p0:.2f}; 1.0 = linear)")
+    if not args.keep and not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
