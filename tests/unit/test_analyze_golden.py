@@ -148,3 +148,35 @@ def test_gloo_pg_config_is_not_trusted():
     assert {k: (g.ranks, g.membership) for k, g in result.groups.items()} == {
         "0": ((0, 1, 2), "world"), "1": ((0, 1), "entries"), "2": ((1, 2), "entries"),
         "3": ((0, 2), "entries")}
+
+
+# The same failures recorded by commscope's own recorder on real gloo ranks
+# (tests/data/make_recorded_fixtures.py), p2p and timings included.
+RECORDED = {
+    "healthy": ("healthy", "healthy", [], [], None, None, None, None),
+    "missing_rank": ("hang", "missing_rank", [2], [0, 1], "0", "default_pg", [0, 1, 2], 4),
+    "size_mismatch": ("hang", "size_mismatch", [1], [0, 2], "0", "default_pg", [0, 1, 2], 2),
+    "dtype_mismatch": ("desync", "dtype_mismatch", [1], [], "0", "default_pg", [0, 1, 2], 2),
+    "op_mismatch": ("hang", "op_mismatch", [1], [0, 2], "0", "default_pg", [0, 1, 2], 4),
+    "crashed_rank": ("crash", "crashed_rank", [1], [0, 2], "0", "default_pg", [0, 1, 2], 4),
+    "cross_group_deadlock": ("hang", "cross_group_deadlock", [0, 1, 2], [], "1", "group_A",
+                             [0, 1], 2),
+    "truncated_history": ("hang", "missing_rank", [2], [0, 1], "0", "default_pg", [0, 1, 2], 8),
+    "p2p_unmatched": ("hang", "p2p_unmatched", [1], [0], "0", "default_pg", [0, 1, 2], None),
+    "straggler": ("healthy", "straggler", [2], [], "0", "default_pg", [0, 1, 2], 12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_recorded_by_commscope_flight(name):
+    verdict, kind, culprits, waiting, gname, gdesc, granks, seq = RECORDED[name]
+    result = analyze(DATA / "recorded" / name)
+    assert {d.source for d in result.load.dumps.values()} == {"commscope"}
+    out = result.to_json()
+    root = out["findings"][0]
+    assert (out["verdict"], root["kind"]) == (verdict, kind), root["message"]
+    assert root["culprit_ranks"] == culprits and root["waiting_ranks"] == waiting
+    expected_group = None if gname is None else {"name": gname, "desc": gdesc, "ranks": granks}
+    assert root["group"] == expected_group
+    assert root["collective_seq_id"] == seq
+    assert out["unreadable"] == []
