@@ -353,8 +353,33 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     findings += _unreadable_findings(ctx)
     findings += _truncated_findings(ctx)
     findings += straggler_findings(ctx, straggler_ms)
+    findings += _nothing_to_read(ctx, findings)
     findings.sort(key=_sort_key)
     if not findings:
         findings.append(_healthy(ctx))
     return findings
+
+
+def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """When no dump (or no record) was read, say so instead of calling the job healthy."""
+    if not ctx.load.dumps:
+        if any(f.kind == "unreadable_dump" for f in findings):
+            return []
+        files = len(ctx.load.unreadable)
+        return [Finding(
+            kind="unreadable_dump", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[], waiting_ranks=[],
+            message=(f"None of the {plural(files, 'file')} could be read as a dump, so "
+                     "nothing can be said about the job."),
+        )]
+    if all(d.n_entries == 0 for d in ctx.load.dumps.values()):
+        return [Finding(
+            kind="truncated_history", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[], waiting_ranks=[],
+            message=(f"The {plural(len(ctx.load.dumps), 'dump')} hold no record at all (the "
+                     "recorder was off, e.g. TORCH_FR_BUFFER_SIZE=0, or dumped without "
+                     "collectives), so nothing can be decided."),
+            details={"undecided": True},
+        )]
+    return []
 

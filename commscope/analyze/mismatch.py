@@ -70,8 +70,17 @@ def _shape(ctx: Context, view: GroupView, m: Mismatch, culprit: int) -> tuple[st
     return "plain", 1
 
 
-def _sig_kind(a: Sig | None, b: Sig | None) -> str:
-    if a is None or b is None or a.op != b.op:
+def _sig_kind(ctx: Context, a: Sig | None, b: Sig | None) -> str:
+    if a is not None and b is not None and a.members and b.members:
+        if len(a.members) != len(b.members):
+            return "op_mismatch"
+        table = ctx.load.sigs.sigs
+        for x, y in zip(a.members, b.members):
+            kind = _sig_kind(ctx, table[x], table[y])
+            if table[x] != table[y]:
+                return kind
+        return "op_mismatch"
+    if a is None or b is None or a.op != b.op or bool(a.members) != bool(b.members):
         return "op_mismatch"
     if a.input_sizes != b.input_sizes or a.output_sizes != b.output_sizes:
         return "size_mismatch"
@@ -80,8 +89,14 @@ def _sig_kind(a: Sig | None, b: Sig | None) -> str:
     return "op_mismatch"
 
 
-def _sig_text(sig: Sig | None) -> str:
-    return "an unreadable record" if sig is None else f"{sig.op} ({sig.sizes_text()})"
+def _sig_text(sig: Sig | None, ctx: Context | None = None) -> str:
+    if sig is None:
+        return "an unreadable record"
+    if sig.members and ctx is not None:
+        parts = "; ".join(_sig_text(ctx.load.sigs.sigs[m]) for m in sig.members[:4])
+        more = ", ..." if len(sig.members) > 4 else ""
+        return f"{len(sig.members)} coalesced ops [{parts}{more}]"
+    return f"{sig.op} ({sig.sizes_text()})"
 
 
 def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
@@ -99,9 +114,10 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     frames = {r: ctx.frame_at(r, key, m.seq) for r in (m.culprits[:4] + m.agreeing[:1])}
     if m.tie:
         variants = "; ".join(
-            f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq))}"
+            f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq), ctx)}"
             for _, rs in sorted(m.by_key.items()))
-        kind = _sig_kind(ctx.sig(m.culprits[0], key, m.seq), ctx.sig(m.culprits[-1], key, m.seq))
+        kind = _sig_kind(ctx, ctx.sig(m.culprits[0], key, m.seq),
+                         ctx.sig(m.culprits[-1], key, m.seq))
         msg = (f"The ranks of {g.label()} disagree about collective #{m.seq} and no side has "
                f"a majority ({variants}); {ranks_phrase(m.culprits[:1])} called it at {where}"
                f"{tail}.")
@@ -109,13 +125,13 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     elif shape == "skip":
         kind = "missing_rank"
         op = r_sig.op if r_sig else None
-        msg = (f"{who.capitalize()} skipped {_sig_text(r_sig)} #{m.seq} of {g.label()} that "
+        msg = (f"{who.capitalize()} skipped {_sig_text(r_sig, ctx)} #{m.seq} of {g.label()} that "
                f"{others} called: {who}'s collective #{m.seq} is the others' #{m.seq + 1} "
-               f"({_sig_text(c_sig)}, at {where}){tail}.")
+               f"({_sig_text(c_sig, ctx)}, at {where}){tail}.")
     elif shape == "extra":
         kind = "op_mismatch"
         op = c_sig.op if c_sig else None
-        msg = (f"{who.capitalize()} issued an extra {_sig_text(c_sig)} as #{m.seq} of "
+        msg = (f"{who.capitalize()} issued an extra {_sig_text(c_sig, ctx)} as #{m.seq} of "
                f"{g.label()} at {where}, which {others} never called{tail}.")
     elif shape == "order":
         kind = "order_mismatch"
@@ -126,10 +142,10 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
         msg = (f"{who.capitalize()} issued the same collectives of {g.label()} in a different "
                f"order than {others}: {mine} against {theirs}, starting at {where}{tail}.")
     else:
-        kind = _sig_kind(c_sig, r_sig)
+        kind = _sig_kind(ctx, c_sig, r_sig)
         op = c_sig.op if c_sig else None
-        msg = (f"{who.capitalize()} called {_sig_text(c_sig)} as #{m.seq} of {g.label()} "
-               f"where {others} called {_sig_text(r_sig)}, at {where}{tail}.")
+        msg = (f"{who.capitalize()} called {_sig_text(c_sig, ctx)} as #{m.seq} of {g.label()} "
+               f"where {others} called {_sig_text(r_sig, ctx)}, at {where}{tail}.")
     finding = Finding(
         kind=kind, group=g, collective_seq_id=m.seq, op=op,
         culprit_ranks=list(m.culprits), waiting_ranks=list(m.agreeing) if m.pending else [],
