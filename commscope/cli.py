@@ -80,21 +80,45 @@ def _run_mesh(args: argparse.Namespace) -> int:
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
+    from commscope.demo.story import FAULTS
+
     p = sub.add_parser(
         "demo",
         help="run the end-to-end demo on local CPU ranks",
         formatter_class=_formatter,
-        description="Launch local CPU ranks with gloo and show what commscope sees.",
-        epilog="example:\n  commscope demo",
+        description="Launch local CPU ranks with gloo: build a (2, N/2) mesh, trace a "
+        "tensor-parallel MLP with CommDebugMode, train a few steps with the flight "
+        "recorder on, inject a fault on rank 3, dump every rank and analyze the dumps. "
+        "Exits 0 when the analysis names the injected fault.",
+        epilog="examples:\n  commscope demo\n  commscope demo --fault size --out /tmp/demo",
     )
-    p.add_argument("--ranks", type=int, default=8, help="number of local ranks (default: 8)")
+    p.add_argument("--ranks", type=int, default=4, help="number of local ranks (default: 4)")
+    p.add_argument(
+        "--fault",
+        choices=FAULTS,
+        default="missing",
+        help="what rank 3 does wrong (default: missing = skips an all_reduce on dp)",
+    )
+    p.add_argument(
+        "--out", default="commscope_demo", help="output folder (default: ./commscope_demo)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="flight-recorder watchdog timeout in seconds (default: 5)",
+    )
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from commscope.demo import run_demo
 
-    return run_demo(ranks=args.ranks)
+    if args.ranks < 4 or args.ranks % 2:
+        raise UsageError(f"--ranks must be an even number >= 4, got {args.ranks}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    return run_demo(ranks=args.ranks, fault=args.fault, out=args.out, timeout_s=args.timeout)
 
 
 # --------------------------------------------------------------------------- view

@@ -1,7 +1,8 @@
-"""`commscope demo` runs end to end on local ranks and checks itself."""
+"""`commscope demo` runs end to end on local ranks and checks its own diagnosis."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -10,14 +11,29 @@ import pytest
 pytestmark = pytest.mark.dist
 
 
-def test_demo_prints_the_mesh_and_succeeds():
+def _demo(tmp_path, *args):
+    out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "commscope", "demo"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "commscope", "demo", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "DeviceMesh(dp=2, tp=4, device='cpu'): 8 ranks, 2 hosts of 4 ranks" in out
-    assert "dp  2 ranks per group, 4 groups: crosses hosts" in out
-    assert "tp  4 ranks per group, 2 groups: inside a host" in out
-    assert "  5     (1, 1)    [1, 5]    [4..7]" in out
-    assert "every group checked with an all_reduce of its ranks' ids: ok" in out
+    return proc, out
+
+
+def test_demo_size_fault_is_named(tmp_path):
+    proc, out = _demo(tmp_path, "--fault", "size")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = proc.stdout
+    assert "DeviceMesh(dp=2, tp=2, device='cpu')" in text
+    assert "*c10d_functional.all_reduce: 1" in text  # the level-0 comm table
+    assert "[size_mismatch] Rank 3 called all_reduce ([[2]] Float)" in text
+    assert "the analysis names the injected fault: size_mismatch, rank 3" in text
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["format"] == "commscope.analysis/1"
+    assert analysis["findings"][0]["kind"] == "size_mismatch"
+    assert analysis["findings"][0]["culprit_ranks"] == [3]
+    for name in ("comm_trace.json", "comm_trace.html", "timeline.json", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert sorted(p.name for p in (out / "traces").iterdir()) == [f"rank_{r}" for r in range(4)]
