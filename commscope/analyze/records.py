@@ -78,10 +78,16 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
         for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ, R_CREATED):
             if set(map(type, cols[i])) != _INT:
                 return None
+        for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ):  # created: its array checks
+            if max(cols[i]) > _I64 or min(cols[i]) < -_I64:
+                return None
         if min(cols[R_SEQ]) < 0:
             return None
         for i in (R_TSTART, R_TDONE):
             if not set(map(type, cols[i])) <= _INT_NONE:
+                return None
+            if (max(filter(None, cols[i]), default=0) > _I64
+                    or min(filter(None, cols[i]), default=0) < -_I64):
                 return None
         if set(map(type, cols[R_NAME])) != _STR or not set(map(type, cols[R_RETIRED])) <= _BOOL:
             return None

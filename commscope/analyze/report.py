@@ -96,5 +96,5 @@ def format_report(a: Analysis, source: str | None = None) -> str:
         names = ", ".join(os.path.basename(p) for p in a.load.ignored[:5])
         more = f" and {len(a.load.ignored) - 5} more" if len(a.load.ignored) > 5 else ""
         lines.append(f"ignored (no rank number in the name): {names}{more}")
-    lines.append(f"analyzed in {a.elapsed_s:.2f} s")
+    lines.append(f"analyzed in {a.elapsed_s:.3f} s")
     return "\n".join(lines) + "\n"
