@@ -111,7 +111,7 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     others = ranks_phrase(m.agreeing) if m.agreeing else ""
     shape, span = _shape(ctx, view, m, culprit)
     tail = "" if m.pending else "; it completed, so the job went on with wrong data"
-    frames = {r: ctx.frame_at(r, key, m.seq) for r in (m.culprits[:4] + m.agreeing[:1])}
+    frames = {culprit: ctx.frame_at(culprit, key, m.seq)}
     if m.tie:
         variants = "; ".join(
             f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq), ctx)}"

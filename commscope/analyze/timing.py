@@ -2,9 +2,9 @@
 
 Stragglers (:func:`straggler_findings`), per group:
 
-1. Take the newest ``window`` sequence numbers (default 256, fewer on groups of
-   thousands of ranks: at most 250 000 arrivals are read) that every member with a
-   dump recorded and finished, where they agree.
+1. Take the newest ``window`` sequence numbers (default 256; fewer on huge jobs: about
+   400 000 arrivals are read in all, at least 8 collectives per group) that every
+   member with a dump recorded and finished, where they agree.
 2. For each, the arrival of a rank is its ``time_created_ns``; the last to arrive and
    its lag behind the first are noted.
 3. A rank that is last in at least half of them (and in at least 3), with a median lag
@@ -42,13 +42,14 @@ def straggler_findings(
 ) -> list[Finding]:
     """Steps 1-3 of the module doc."""
     findings = []
+    budget = 400_000 // max(1, len(ctx.views))  # arrivals read per group, all groups
     for key in sorted(ctx.views):
         view = ctx.views[key]
         ranks = [r for r in view.group.ranks if r in ctx.load.dumps]
         tracks = [ctx.load.dumps[r].tracks.get(key) for r in ranks]
         if len(ranks) < 2 or any(t is None or not len(t) for t in tracks):
             continue
-        span = max(16, min(window, 250_000 // len(ranks)))  # bounded work on huge groups
+        span = max(8, min(window, budget // len(ranks)))  # bounded work on huge jobs
         lo = max(t.lo for t in tracks)  # type: ignore[union-attr]
         hi = min(t.hi for t in tracks)  # type: ignore[union-attr]
         bad = {m.seq for m in view.mismatches}

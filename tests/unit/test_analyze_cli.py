@@ -134,3 +134,42 @@ def test_console_script_runs_without_torch_import(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "verdict: CRASH" in proc.stdout
+
+
+def test_progress_is_reported_while_loading(tmp_path):
+    from commscope.analyze import load_dumps
+    from commscope.analyze.synth import SyntheticJob
+
+    SyntheticJob(5).write(tmp_path)
+    calls = []
+    load_dumps(tmp_path, progress=lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, 5) and calls[-1] == (5, 5)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_progress_bar_only_on_a_terminal(capsys):
+    from commscope.analyze.command import progress_bar
+
+    with progress_bar(enabled=False) as cb:
+        assert cb is None
+    with progress_bar() as cb:  # pytest's stderr is not a terminal
+        assert cb is None
+    with progress_bar(enabled=True) as cb:  # forced: a rich bar, drawn from 16 files on
+        assert callable(cb)
+        for i in range(0, 21):
+            cb(i, 20)
+
+
+def test_public_surface_is_importable_and_documented():
+    import commscope.analyze as A
+
+    for name in A.__all__:
+        obj = getattr(A, name)
+        assert obj is not None
+        if callable(obj):
+            assert obj.__doc__, name
+    assert A.FORMAT == "commscope.analysis/1"
+    assert set(A.KINDS) >= {"missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch",
+                            "order_mismatch", "p2p_unmatched", "crashed_rank",
+                            "cross_group_deadlock", "truncated_history", "straggler",
+                            "healthy"}
