@@ -89,7 +89,7 @@ def enable(
             # Keep the live groups (and their counters) created under the previous
             # settings; group ids keep counting up, as torch's do.
             rec.groups = [g for g in old.groups if g.alive()]
-            rec.next_pg_id = old.next_pg_id
+            rec.next_pg_id = max((g.pg_id + 1 for g in rec.groups), default=0)
             if rec.groups:
                 rec.global_rank, rec.world_size, rec.store = (
                     old.global_rank,

@@ -58,6 +58,8 @@ def _as_list(x: Any) -> list[Any]:
 
 
 def _inplace(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
+    if args and type(args[0]) is list:  # the common case: (tensors, opts)
+        return args[0], args[0], None
     tensors = _as_list(_arg(args, kwargs, 0, "tensors", "tensor"))
     return tensors, tensors, None
 

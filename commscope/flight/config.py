@@ -15,7 +15,7 @@ setting                                   environment (first one set wins)
 ``timing`` (default off)                  ``TORCH_NCCL_ENABLE_TIMING``
 ``dump_on_timeout`` (default on)          ``TORCH_NCCL_DUMP_ON_TIMEOUT``
 ``dump_format`` (default ``pickle``)      ``COMMSCOPE_FR_DUMP_FORMAT`` (``pickle``/``json``)
-``max_frames`` (default 32)               ``COMMSCOPE_FR_MAX_FRAMES``
+``max_frames`` (default 16)               ``COMMSCOPE_FR_MAX_FRAMES``
 ========================================  ==============================================
 """
 
@@ -29,7 +29,7 @@ __all__ = ["FlightConfig", "DEFAULT_BUFFER_SIZE", "DEFAULT_DUMP_PREFIX", "resolv
 
 DEFAULT_BUFFER_SIZE = 2000
 DEFAULT_DUMP_PREFIX = "./commscope_traces/rank_"
-DEFAULT_MAX_FRAMES = 32
+DEFAULT_MAX_FRAMES = 16
 DUMP_FORMATS = ("pickle", "json")
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}

@@ -4,8 +4,8 @@ One file per rank, ``<prefix><global rank>``, a pickle of plain dicts, lists, tu
 strings, numbers, booleans and ``None`` in PyTorch's schema "2.10" (so PyTorch's own
 ``fr_trace`` reads it), or the same dict as JSON (``.json``), optionally gzipped
 (``.gz``). A file is written to a hidden temporary name in the same directory
-(``.<name>.<pid>.tmp``, which matches no rank-file pattern), flushed, fsynced and renamed
-over the final name: a process killed mid-dump leaves either the previous complete
+(``.commscope-<pid>.tmp``, which contains no rank-file prefix), flushed, fsynced and
+renamed over the final name: a process killed mid-dump leaves either the previous complete
 file or none, never a partial one.
 """
 
@@ -127,9 +127,12 @@ def write_atomic(path: str, data: bytes) -> str:
     Creates the directory when missing. Returns the absolute path.
     """
     path = os.path.abspath(path)
-    directory, name = os.path.split(path)
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    # The temporary name must not contain the file's own name: PyTorch's fr_trace
+    # takes every file whose name contains the prefix ("rank_") and parses the rest
+    # as a rank, so a leftover "rank_3.tmp" (process killed mid-dump) would break it.
+    tmp = os.path.join(directory, f".commscope-{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

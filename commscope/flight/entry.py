@@ -41,15 +41,11 @@ class Entry:
         "input_dtypes",
         "input_sizes",
         "is_p2p",
-        "mesh_axis",
         "op_id",
         "output_dtypes",
         "output_sizes",
         "p2p_seq_id",
         "peer",
-        "pg_desc",
-        "pg_id",
-        "pg_name",
         "polled",
         "profiling_name",
         "record_id",
@@ -61,7 +57,6 @@ class Entry:
         "time_created_ns",
         "time_discovered_completed_ns",
         "time_discovered_started_ns",
-        "timeout_ms",
     )
 
     def __init__(self) -> None:
@@ -75,9 +70,6 @@ class Entry:
     # Everything else is assigned by the recorder right after construction; declaring
     # it here keeps type checkers informed without paying for defaults on the hot path.
     record_id: int
-    pg_id: int
-    pg_name: str
-    pg_desc: str
     collective_seq_id: int
     p2p_seq_id: int
     op_id: int
@@ -87,17 +79,42 @@ class Entry:
     input_dtypes: Sequence[str]
     output_sizes: Sequence[Sequence[int]]
     output_dtypes: Sequence[str]
-    timeout_ms: int
     is_p2p: bool
     frames: Sequence[Any]
     """Flat ``[code, instruction offset, code, offset, ...]``, innermost first."""
     thread_name: str
     thread_id: str
     peer: int | None
-    mesh_axis: str | None
     start_perf_ns: int
     group: Any
     polled: bool
+
+    # The group's identity is read through ``group`` (a GroupInfo): it never changes
+    # after the group is created, and not copying it keeps recording cheap.
+    @property
+    def pg_id(self) -> int:
+        """The group's local id (creation order in this process)."""
+        return self.group.pg_id
+
+    @property
+    def pg_name(self) -> str:
+        """The group's name."""
+        return self.group.name
+
+    @property
+    def pg_desc(self) -> str:
+        """The group's description."""
+        return self.group.desc
+
+    @property
+    def mesh_axis(self) -> str | None:
+        """The mesh axis of a ``mesh_<axis>`` group, else ``None``."""
+        return self.group.mesh_axis
+
+    @property
+    def timeout_ms(self) -> int:
+        """The group's timeout in milliseconds."""
+        return self.group.timeout_ms
 
     def __repr__(self) -> str:
         return (

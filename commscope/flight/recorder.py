@@ -105,6 +105,7 @@ class Recorder:
         self._no_future: set[tuple[str, str]] = set()
         self._failed = False
         self._groups_lock = threading.Lock()
+        self._on_future_cb = self._on_future  # bound once, not per collective
 
     # ------------------------------------------------------------------ groups
 
@@ -143,9 +144,17 @@ class Recorder:
             e = _new_entry(Entry)
             e.time_created_ns = time_ns()
             inputs, outputs, peer = describe(args, kwargs)
-            e.input_sizes, e.input_dtypes = in_sizes, in_dtypes = self._shapes(inputs)
+            if len(inputs) == 1 and not isinstance(x := inputs[0], (list, tuple)):
+                dtype = x.dtype
+                in_sizes = [x.shape]
+                in_dtypes = [self._dtypes.get(dtype) or self._dtype_name(dtype)]
+            else:
+                in_sizes, in_dtypes = self._shapes(inputs)
+            e.input_sizes = in_sizes
+            e.input_dtypes = in_dtypes
             if outputs is inputs:
-                e.output_sizes, e.output_dtypes = in_sizes, in_dtypes
+                e.output_sizes = in_sizes
+                e.output_dtypes = in_dtypes
             else:
                 e.output_sizes, e.output_dtypes = self._shapes(outputs)
             if info.multi_backend:
@@ -164,11 +173,6 @@ class Recorder:
                     e.profiling_name = f"{backend}:recv {info.rank}<-{peer}"
                 e.is_p2p = True
                 e.peer = info.global_rank(peer)
-            e.pg_id = info.pg_id
-            e.pg_name = info.name
-            e.pg_desc = info.desc
-            e.mesh_axis = info.mesh_axis
-            e.timeout_ms = info.timeout_ms
             e.group = info
             e.state = SCHEDULED
             e.time_discovered_started_ns = e.time_discovered_completed_ns = None
@@ -262,7 +266,7 @@ class Recorder:
                 except Exception:
                     self._no_future.add(kind)
                 else:
-                    fut.add_done_callback(partial(self._on_future, e))
+                    fut.add_done_callback(partial(self._on_future_cb, e))
                     return work
             from commscope.flight.work import TrackedWork
 
@@ -277,12 +281,27 @@ class Recorder:
             self.complete(e, failed=True)
 
     def _on_future(self, e: Entry, fut: Any) -> None:
-        failed = False
+        # Runs in the backend's thread (or inline when the work was already done).
         try:
             fut.value()
         except Exception:
-            failed = True
-        self.complete(e, failed=failed)
+            self.complete(e, failed=True)
+            return
+        try:
+            if e.state == COMPLETED:
+                return
+            e.time_discovered_completed_ns = time_ns()
+            if self._timing:
+                e.duration_ms = (perf_counter_ns() - e.start_perf_ns) / 1e6
+            e.state = COMPLETED
+            e.retired = True
+            self.pending.pop(e.record_id, None)
+            if not e.is_p2p:
+                info = e.group
+                if e.collective_seq_id > info.last_completed:
+                    info.last_completed = e.collective_seq_id
+        except Exception as exc:
+            self.fail(exc)
 
     def complete(self, e: Entry, failed: bool = False) -> None:
         """Mark an entry completed (retired), successfully or not."""

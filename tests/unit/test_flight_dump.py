@@ -126,7 +126,7 @@ def _run_and_kill(tmp_path: Path, n: int, after_first_dump: bool, attempt: int) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    final, tmp = out / "rank_0", out / f".rank_0.{proc.pid}.tmp"
+    final, tmp = out / "rank_0", out / f".commscope-{proc.pid}.tmp"
     try:
         deadline = time.monotonic() + 90
         while True:

@@ -1,0 +1,209 @@
+"""What recording every collective costs: no recorder, PyTorch's recorder, commscope's.
+
+Three measurements, side by side in one run:
+
+1. a gloo loop of small all_reduces on N local ranks (default 2), in three fresh jobs
+   per round: no recorder (``TORCH_FR_BUFFER_SIZE=0``), PyTorch's native recorder
+   (``TORCH_FR_BUFFER_SIZE=2000``, the 2.13 default) and commscope's
+   (``commscope.flight.enable(buffer_size=2000)``, native off). Rounds interleave the
+   modes so machine noise hits all three alike; the median over rounds is reported;
+2. the same loop on torch's fake backend in this process, which does no
+   communication and so isolates the recorder's own cost per collective;
+3. the time to produce a dump of a full 2000-entry ring (ours vs PyTorch's
+   ``_dump_fr_trace()``, whose first call also initialises its symbolizer).
+
+The loop runs ``--depth`` Python frames deep so stack capture costs what it costs in a
+training step.
+
+    python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+import torch.distributed as dist
+
+MODES = ("none", "native", "ours")
+
+
+def _nested(depth: int, fn):
+    if depth <= 0:
+        return fn()
+    return _nested(depth - 1, fn)
+
+
+def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "2000" if mode == "native" else "0"
+    torch.set_num_threads(1)
+    import commscope.flight as flight
+
+    if mode == "ours":
+        flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
+    )
+    t = torch.ones(numel)
+
+    def loop(n):
+        for _ in range(n):
+            dist.all_reduce(t)
+
+    _nested(depth, lambda: loop(200))  # warm-up
+    dist.barrier()
+    start = time.perf_counter()
+    _nested(depth, lambda: loop(iters))
+    per_op_us = (time.perf_counter() - start) / iters * 1e6
+    dump_ms = []
+    if mode == "ours":
+        for _ in range(2):
+            s = time.perf_counter()
+            flight.dump_trace()
+            dump_ms.append((time.perf_counter() - s) * 1e3)
+    elif mode == "native":
+        for _ in range(2):
+            s = time.perf_counter()
+            torch._C._distributed_c10d._dump_fr_trace()
+            dump_ms.append((time.perf_counter() - s) * 1e3)
+    dist.barrier()
+    conn.send((per_op_us, dump_ms))
+    conn.close()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def gloo_round(mode: str, world: int, iters: int, depth: int, numel: int) -> tuple:
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        pipes, procs = [], []
+        for rank in range(world):
+            parent, child = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_gloo_child, args=(rank, world, mode, store, iters, depth, numel, child)
+            )
+            p.start()
+            child.close()
+            pipes.append(parent)
+            procs.append(p)
+        results = [pipe.recv() for pipe in pipes]
+        for p in procs:
+            p.join(30)
+    per_op = statistics.median(r[0] for r in results)
+    return per_op, results[0][1]
+
+
+def _fake_child(mode, iters, depth, conn):
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "0"
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import commscope.flight as flight
+
+    if mode == "ours":
+        flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    t = torch.ones(16)
+
+    def loop(n):
+        for _ in range(n):
+            dist.all_reduce(t)
+
+    _nested(depth, lambda: loop(2000))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        _nested(depth, lambda: loop(iters))
+        best = min(best, (time.perf_counter() - start) / iters * 1e6)
+    conn.send(best)
+    conn.close()
+    os._exit(0)
+
+
+def fake_round(mode: str, iters: int, depth: int) -> float:
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_fake_child, args=(mode, iters, depth, child))
+    p.start()
+    child.close()
+    value = parent.recv()
+    p.join(30)
+    return value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=2000, help="all_reduces per gloo job")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--fake-iters", type=int, default=20000)
+    ap.add_argument("--depth", type=int, default=20, help="extra Python frames under the loop")
+    ap.add_argument("--numel", type=int, default=16, help="floats per all_reduce")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+
+    gloo: dict[str, list[float]] = {m: [] for m in MODES}
+    dumps: dict[str, list[float]] = {"ours": [], "native": []}
+    for r in range(args.rounds):
+        order = MODES if r % 2 == 0 else MODES[::-1]
+        for mode in order:
+            per_op, dump_ms = gloo_round(mode, args.ranks, args.iters, args.depth, args.numel)
+            gloo[mode].append(per_op)
+            if dump_ms:
+                dumps[mode].append(dump_ms)
+    fake: dict[str, list[float]] = {"none": [], "ours": []}
+    for r in range(args.rounds):
+        for mode in ("none", "ours") if r % 2 == 0 else ("ours", "none"):
+            fake[mode].append(fake_round(mode, args.fake_iters, args.depth))
+
+    med = {m: statistics.median(v) for m, v in gloo.items()}
+    fmed = {m: statistics.median(v) for m, v in fake.items()}
+    ours_dump = statistics.median(d[1] for d in dumps["ours"])
+    native_first = statistics.median(d[0] for d in dumps["native"])
+    native_later = statistics.median(d[1] for d in dumps["native"])
+    print(
+        f"flight recorder overhead — torch {torch.__version__}, {os.cpu_count()} CPUs, "
+        f"gloo {args.ranks} ranks, all_reduce of {args.numel} floats, "
+        f"{args.depth}+ frames deep, median of {args.rounds} rounds"
+    )
+    print(f"{'gloo loop':28s}{'us/op':>10s}{'vs none':>10s}{'rounds (us/op)':>40s}")
+    for mode, label in (
+        ("none", "no recorder"),
+        ("native", "PyTorch native (2000)"),
+        ("ours", "commscope (2000)"),
+    ):
+        rounds = " ".join(f"{x:.1f}" for x in gloo[mode])
+        print(f"  {label:26s}{med[mode]:10.1f}{med[mode] / med['none']:10.3f}  {rounds:>38s}")
+    print(
+        f"  ratio commscope / PyTorch native: {med['ours'] / med['native']:.3f}   "
+        f"added per collective: commscope {med['ours'] - med['none']:+.1f} us, "
+        f"native {med['native'] - med['none']:+.1f} us"
+    )
+    added = fmed["ours"] - fmed["none"]
+    print(
+        f"fake backend (no communication): none {fmed['none']:.2f} us/op, "
+        f"commscope {fmed['ours']:.2f} us/op, added {added:.2f} us per collective"
+    )
+    print(
+        f"dump of a full 2000-entry ring: commscope {ours_dump:.1f} ms; PyTorch native "
+        f"{native_first:.1f} ms first call, {native_later:.1f} ms later "
+        f"(ratio later {ours_dump / native_later:.2f})"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"gloo": gloo, "fake": fake, "dumps": dumps, "args": vars(args)}, fh)
+
+
+if __name__ == "__main__":
+    main()
