@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import threading
 from typing import Any
@@ -37,6 +38,22 @@ class _State:
 
 
 _state = _State()
+_fork_hook_installed = False
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (DataLoader worker, multiprocessing with fork) records nothing
+    # and dumps nothing: the ring, the file name and the signals belong to the parent.
+    rec = _state.recorder
+    if rec is None:
+        return
+    SLOT.rec = None
+    rec.active = False
+    _install.uninstall()
+    dog = _state.watchdog
+    _state.watchdog = None
+    if dog is not None:
+        dog.forget_in_child()
 
 
 def enable(
@@ -107,6 +124,10 @@ def enable(
         _state.recorder, _state.dumper, _state.watchdog = rec, dumper, dog
         _install.install()
         SLOT.rec = rec
+        global _fork_hook_installed
+        if not _fork_hook_installed:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook_installed = True
         dog.start()
     return cfg
 

@@ -257,7 +257,12 @@ class Recorder:
                 self.complete(e)
                 return work
             if e.polled:
-                self.polled[e.record_id] = (e, work)
+                polled = self.polled
+                polled[e.record_id] = (e, work)
+                if len(polled) >= 1024:
+                    # Without a watchdog (or between its rounds) check here too, so
+                    # completed works are let go and the dict stays small.
+                    self.poll()
                 return work
             kind = "p2p" if e.is_p2p else e.profiling_name
             if kind not in self._no_future:

@@ -120,6 +120,21 @@ class Watchdog:
         self._uninstall_signals()
         self._uninstall_excepthooks()
 
+    def forget_in_child(self) -> None:
+        """After ``fork()`` in the child: drop the parent's handlers, hooks and pipe.
+
+        A forked child (a DataLoader worker) must neither dump the parent's ring over
+        the parent's file nor write signal bytes into the parent's wakeup pipe.
+        """
+        self._stop.set()
+        self._thread = None
+        with contextlib.suppress(ValueError, OSError):
+            if threading.current_thread() is threading.main_thread():
+                signal.set_wakeup_fd(-1)
+        self._pipe = None
+        self._uninstall_signals()
+        self._uninstall_excepthooks()
+
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
@@ -250,8 +265,7 @@ class Watchdog:
         self._prev_handlers.clear()
         if self._pipe is not None:
             with contextlib.suppress(ValueError, OSError):
-                if signal.set_wakeup_fd(-1) != self._pipe[1]:
-                    pass
+                signal.set_wakeup_fd(-1)
             for fd in self._pipe:
                 with contextlib.suppress(OSError):
                     os.close(fd)

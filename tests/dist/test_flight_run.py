@@ -179,3 +179,43 @@ def test_uncaught_exception_dumps_before_the_traceback(tmp_path):
     dump = _load(tmp_path / "rank_0")
     assert dump["dump_reason"] == "exception"
     assert [e["profiling_name"] for e in dump["entries"]] == ["gloo:broadcast"]
+
+
+FORKED_WORKER = """
+import os, signal, sys, time, torch, torch.distributed as dist
+import commscope.flight as flight
+out = sys.argv[1]
+flight.enable(dump_prefix=os.path.join(out, "rank_"))
+dist.init_process_group("gloo", store=dist.FileStore(os.path.join(out, "store"), 1),
+                        rank=0, world_size=1)
+dist.all_reduce(torch.ones(2))
+flight.dump(reason="before fork")
+pid = os.fork()  # what a DataLoader worker does
+if pid == 0:
+    assert not flight.is_enabled()
+    time.sleep(30)
+    os._exit(0)
+time.sleep(0.5)
+os.kill(pid, signal.SIGTERM)  # e.g. the loader shutting its workers down
+_, status = os.waitpid(pid, 0)
+time.sleep(3)  # the parent's watchdog must not react to the child's signal
+dist.all_reduce(torch.ones(2))
+print("child", os.waitstatus_to_exitcode(status), "parent alive", flight.is_enabled())
+"""
+
+
+def test_a_forked_worker_neither_dumps_nor_disturbs_the_parent(tmp_path):
+    script = tmp_path / "fork.py"
+    script.write_text(FORKED_WORKER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "child -15 parent alive True" in proc.stdout
+    dump = _load(tmp_path / "rank_0")
+    assert dump["dump_reason"] == "before fork"
+    assert len(dump["entries"]) == 1
