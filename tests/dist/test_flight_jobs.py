@@ -247,3 +247,58 @@ def test_unmatched_send_shows_pending_p2p_with_peer(tmp_path):
     receiver = _load(str(out / "rank_1"))
     assert receiver["dump_reason"] == "request from rank 0"
     assert [e["profiling_name"] for e in receiver["entries"]] == ["gloo:all_reduce"]
+
+
+# --------------------------------------------------------------------------- p2p
+
+
+def _p2p_everywhere(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+
+    _init(rank, world_size, watchdog=False, handle_signals=False, dump_on_exception=False)
+    pair = dist.new_group([1, 2])
+    t = torch.full((3,), float(rank))
+    if rank == 0:
+        dist.send(t, dst=1)
+        dist.isend(t, dst=2).wait()
+    elif rank in (1, 2):
+        dist.recv(t, src=0)
+        peer = 3 - rank  # 1 <-> 2, group ranks 0 <-> 1
+        ops = [
+            dist.P2POp(dist.isend, torch.ones(2), peer, group=pair),
+            dist.P2POp(dist.irecv, torch.empty(2), peer, group=pair),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        dist.all_reduce(t, group=pair)
+    return [
+        (
+            e["process_group"][1],
+            e["profiling_name"],
+            e["peer"],
+            e["collective_seq_id"],
+            e["p2p_seq_id"],
+            e["op_id"],
+            e["state"],
+        )
+        for e in flight.snapshot()["entries"]
+    ]
+
+
+def test_p2p_ops_carry_group_local_ranks_global_peers_and_shared_batch_seq(tmp_path):
+    r0, r1, r2 = run_ranks(_p2p_everywhere, 3, tmp_path, timeout=60, init=False)
+    assert r0 == [
+        ("default_pg", "gloo:send 0->1", 1, 0, 1, 1, "completed"),
+        ("default_pg", "gloo:send 0->2", 2, 0, 2, 2, "completed"),
+    ]
+    for rank, entries, peer in ((1, r1, 2), (2, r2, 1)):
+        me, other = rank - 1, 2 - rank  # group ranks inside `pair`
+        assert entries == [
+            ("default_pg", f"gloo:recv {rank}<-0", 0, 0, 1, 1, "completed"),
+            ("undefined", f"gloo:send {me}->{other}", peer, 0, 1, 1, "completed"),
+            ("undefined", f"gloo:recv {me}<-{other}", peer, 0, 1, 2, "completed"),
+            ("undefined", "gloo:all_reduce", None, 1, 1, 3, "completed"),
+        ]
