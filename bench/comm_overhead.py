@@ -81,7 +81,11 @@ def _steps(mesh) -> dict[str, tuple[Callable[[], None], int]]:
 
 
 def _measure(
-    step: Callable[[], None], trials: int, variants: dict, collect: bool
+    step: Callable[[], None],
+    trials: int,
+    variants: dict,
+    collect: bool,
+    clock: Callable[[], float],
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Interleaved trials; returns times per variant and cyclic garbage left per trial.
 
@@ -111,10 +115,10 @@ def _measure(
         for i in range(trials):
             order = names[i % len(names) :] + names[: i % len(names)]
             for name in order:
-                t0 = time.perf_counter()
+                t0 = clock()
                 with variants[name]():
                     step()
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(clock() - t0)
             if collect:
                 gc.collect()
                 step()
@@ -134,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         help="garbage collection: off while timing and run between rounds (default), or "
         "left on as usual (then a variant may pay for another's garbage)",
     )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cpu: this thread's CPU time (default; other processes on a shared box do "
+        "not count), wall: elapsed time",
+    )
     args = parser.parse_args(argv)
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -146,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"comm_overhead: torch {torch.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, fake PG world_size=4, torch threads={torch.get_num_threads()}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, gc={args.gc}"
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, gc={args.gc}, "
+        f"clock={args.clock}"
     )
     results = {}
     for title, (step, trials) in _steps(mesh).items():
         n = max(10, int(trials * args.scale))
-        times, garbage = _measure(step, n, variants, args.gc == "between-rounds")
+        clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+        times, garbage = _measure(step, n, variants, args.gc == "between-rounds", clock)
         medians = {name: statistics.median(v) for name, v in times.items()}
         plain = medians["plain"]
         print(f"\n[{title}] {n} trials per variant, interleaved")

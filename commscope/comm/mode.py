@@ -51,19 +51,45 @@ _graph_task_id = torch._C._current_graph_task_id
 _fake_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _HOP = object()
-_UNSEEN = object()
-# op overload -> None (plain op), _HOP, or registry.OpClass; shared by every instance.
-_CLASSES: dict[Any, Any] = {}
+# id(op overload) -> (None (plain op) | _HOP | registry.OpClass, callable); shared.
+_CLASSES: dict[int, tuple[Any, Any]] = {}
+_KEEP: list[Any] = []
 _COUNT_BUCKET = (0, 1, 1, 2)
 
 
-def _classify(func: Any) -> Any:
+def _skip_dynamo(code: Any) -> bool:
+    """Tell dynamo never to trace ``code`` nor what it calls, without a wrapper per call.
+
+    ``TorchDispatchMode`` wraps each subclass's ``__torch_dispatch__`` in
+    ``torch._disable_dynamo``, which costs a few microseconds on every op; marking the
+    code object once does the same job for free. Returns False (and the wrapper stays)
+    where this torch has no such hook.
+    """
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    except Exception as exc:  # older or newer torch: keep torch's own wrapper
+        logger.debug("cannot mark __torch_dispatch__ for dynamo: %s", exc)
+        return False
+    return True
+
+
+def _classify(func: Any) -> tuple[Any, Any]:
+    """``(None | _HOP | OpClass, callable)`` for an op, cached under ``id(func)``.
+
+    Keyed by id because ``OpOverload.__hash__`` is Python code; op overloads live for
+    the whole process (``_KEEP`` makes sure), so an id is never reused. The callable is
+    the overload's C++ entry point, one Python frame shorter than ``OpOverload.__call__``.
+    """
     if isinstance(func, torch._ops.HigherOrderOperator):
-        found: Any = _HOP
+        entry: tuple[Any, Any] = (_HOP, func)
     else:
-        found = registry.classify(func)
-    _CLASSES[func] = found
-    return found
+        entry = (registry.classify(func), getattr(func, "_op", func))
+    _KEEP.append(func)
+    _CLASSES[id(func)] = entry
+    return entry
 
 
 class CommDebugMode(TorchDispatchMode):
@@ -138,9 +164,10 @@ class CommDebugMode(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:
-        cls = _CLASSES.get(func, _UNSEEN)
-        if cls is _UNSEEN:
-            cls = _classify(func)
+        entry = _CLASSES.get(id(func))
+        if entry is None:
+            entry = _classify(func)
+        cls, call = entry
         if cls is _HOP:
             return func(*args, **(kwargs or {}))
         tracker = self._tracker
@@ -153,7 +180,7 @@ class CommDebugMode(TorchDispatchMode):
             if self.record_ops:
                 rec.ops.append((func, phase, _dtensor_info(args, tracker.meshes)))
             return NotImplemented
-        out = func(*args, **kwargs) if kwargs else func(*args)
+        out = call(*args, **kwargs) if kwargs else call(*args)
         if cls is not None:
             self._count(cls, rec, phase, args, kwargs, out)
         if self.record_ops and _fake_mode(_FAKE) is None:
@@ -391,12 +418,24 @@ class CommDebugMode(TorchDispatchMode):
         return f"CommDebugMode(get_total_counts()={self.get_total_counts()})"
 
 
+def _unwrap_dispatch(cls: type) -> None:
+    """Replace torch's per-call dynamo wrapper of ``cls.__torch_dispatch__`` by a one-time
+    mark on its code (see :func:`_skip_dynamo`)."""
+    wrapped = cls.__dict__["__torch_dispatch__"]
+    raw = getattr(wrapped, "__wrapped__", None)
+    if raw is not None and raw is not wrapped and _skip_dynamo(raw.__code__):
+        cls.__torch_dispatch__ = raw  # type: ignore[method-assign]
+
+
+_unwrap_dispatch(CommDebugMode)
+
+
 def _dtensor_info(args: Any, meshes: dict[int, Any]) -> tuple[list[Any], list[Any], Any]:
     shapes = []
     placements = []
     mesh = None
     for arg in args:
-        if isinstance(arg, DTensor):
+        if type(arg) is DTensor or isinstance(arg, DTensor):
             shapes.append(arg.shape)
             placements.append(arg.placements)
             mesh = arg.device_mesh

@@ -393,3 +393,19 @@ def test_activation_checkpointing_attribution():
         "aten.threshold_backward.default",
         "aten.threshold_backward.default",
     ]
+
+
+def test_torch_compile_inside_the_mode(world):
+    # Our __torch_dispatch__ has no per-call dynamo wrapper (a one-time mark instead):
+    # compiled code run inside the mode is still counted, and dynamo compiles only f.
+    torch._dynamo.reset()
+
+    def f(x):
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+    compiled = torch.compile(f, backend="aot_eager")
+    with CommDebugMode() as cm:
+        out = compiled(torch.ones(4))
+    assert cm.get_comm_counts() == {torch.ops.c10d_functional.all_reduce: 1}
+    assert out.shape == (4,)
+    torch._dynamo.reset()
