@@ -31,79 +31,21 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commscope.flight.describe import (
+    any_source,
+    arg,
+    gather_like,
+    inplace,
+    nothing,
+    out_in,
+    p2p,
+    scatter_like,
+)
 from commscope.flight.recorder import SLOT
 
 __all__ = ["RecordingProcessGroup"]
 
 _PG = dist.ProcessGroup
-
-
-# --------------------------------------------------------------------------- describe
-# ``describe(args, kwargs) -> (inputs, outputs, peer)``; see recorder.Describe.
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, *names: str) -> Any:
-    if len(args) > i:
-        return args[i]
-    for name in names:
-        if name in kwargs:
-            return kwargs[name]
-    return None
-
-
-def _as_list(x: Any) -> list[Any]:
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def _inplace(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
-    if args and type(args[0]) is list:  # the common case: (tensors, opts)
-        return args[0], args[0], None
-    tensors = _as_list(_arg(args, kwargs, 0, "tensors", "tensor"))
-    return tensors, tensors, None
-
-
-def _gather_like(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
-    # allgather / gather / allgather_coalesced: (outputs, inputs, ...), where outputs is
-    # a list of lists (one per input) or a list of tensors for a single input tensor.
-    out = _arg(args, kwargs, 0, "output_tensors", "output_lists")
-    inp = _arg(args, kwargs, 1, "input_tensors", "input_tensor", "input_list")
-    if isinstance(inp, (list, tuple)):
-        return list(inp), _as_list(out), None
-    return _as_list(inp), [_as_list(out)], None
-
-
-def _scatter_like(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
-    # scatter / reduce_scatter: (outputs, inputs, ...), inputs a list of lists (one per
-    # output) or a list of tensors for a single output tensor.
-    out = _arg(args, kwargs, 0, "output_tensors", "output_tensor", "output")
-    inp = _arg(args, kwargs, 1, "input_tensors", "input")
-    if isinstance(out, (list, tuple)):
-        return _as_list(inp), list(out), None
-    return [_as_list(inp)], _as_list(out), None
-
-
-def _out_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
-    # (output, input, ...) with single tensors or lists of tensors.
-    out = _arg(args, kwargs, 0, "output", "outputs", "outputTensor", "output_tensors")
-    inp = _arg(args, kwargs, 1, "input", "inputs", "inputTensor", "input_tensors")
-    return _as_list(inp), _as_list(out), None
-
-
-def _nothing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, None]:
-    return [], [], None
-
-
-def _p2p(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, int]:
-    tensors = _as_list(_arg(args, kwargs, 0, "tensors"))
-    peer = _arg(args, kwargs, 1, "dstRank", "srcRank")
-    return tensors, tensors, int(peer)
-
-
-def _any_source(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, int]:
-    tensors = _as_list(_arg(args, kwargs, 0, "arg0", "tensors"))
-    return tensors, tensors, -1
 
 
 # --------------------------------------------------------------------------- the group
@@ -165,7 +107,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.allreduce(*args, **kwargs)
-        e = rec.begin(self, "all_reduce", _inplace, args, kwargs)
+        e = rec.begin(self, "all_reduce", inplace, args, kwargs)
         try:
             work = inner.allreduce(*args, **kwargs)
         except BaseException:
@@ -179,7 +121,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.allreduce_coalesced(*args, **kwargs)
-        e = rec.begin(self, "allreduce_coalesced", _inplace, args, kwargs)
+        e = rec.begin(self, "allreduce_coalesced", inplace, args, kwargs)
         try:
             work = inner.allreduce_coalesced(*args, **kwargs)
         except BaseException:
@@ -193,7 +135,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.allgather(*args, **kwargs)
-        e = rec.begin(self, "all_gather", _gather_like, args, kwargs)
+        e = rec.begin(self, "all_gather", gather_like, args, kwargs)
         try:
             work = inner.allgather(*args, **kwargs)
         except BaseException:
@@ -207,7 +149,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.all_gather_single_coalesced(*args, **kwargs)
-        e = rec.begin(self, "all_gather_into_tensor_coalesced", _out_in, args, kwargs)
+        e = rec.begin(self, "all_gather_into_tensor_coalesced", out_in, args, kwargs)
         try:
             work = inner.all_gather_single_coalesced(*args, **kwargs)
         except BaseException:
@@ -221,7 +163,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.reduce_scatter(*args, **kwargs)
-        e = rec.begin(self, "reduce_scatter", _scatter_like, args, kwargs)
+        e = rec.begin(self, "reduce_scatter", scatter_like, args, kwargs)
         try:
             work = inner.reduce_scatter(*args, **kwargs)
         except BaseException:
@@ -235,7 +177,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.reduce_scatter_single_coalesced(*args, **kwargs)
-        e = rec.begin(self, "reduce_scatter_tensor_coalesced", _out_in, args, kwargs)
+        e = rec.begin(self, "reduce_scatter_tensor_coalesced", out_in, args, kwargs)
         try:
             work = inner.reduce_scatter_single_coalesced(*args, **kwargs)
         except BaseException:
@@ -249,7 +191,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.all_to_all_single(*args, **kwargs)
-        e = rec.begin(self, "all_to_all", _out_in, args, kwargs)
+        e = rec.begin(self, "all_to_all", out_in, args, kwargs)
         try:
             work = inner.all_to_all_single(*args, **kwargs)
         except BaseException:
@@ -263,7 +205,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.barrier(*args, **kwargs)
-        e = rec.begin(self, "barrier", _nothing, args, kwargs)
+        e = rec.begin(self, "barrier", nothing, args, kwargs)
         try:
             work = inner.barrier(*args, **kwargs)
         except BaseException:
@@ -277,7 +219,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.broadcast(*args, **kwargs)
-        e = rec.begin(self, "broadcast", _inplace, args, kwargs)
+        e = rec.begin(self, "broadcast", inplace, args, kwargs)
         try:
             work = inner.broadcast(*args, **kwargs)
         except BaseException:
@@ -291,7 +233,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.send(*args, **kwargs)
-        e = rec.begin(self, "send", _p2p, args, kwargs)
+        e = rec.begin(self, "send", p2p, args, kwargs)
         try:
             work = inner.send(*args, **kwargs)
         except BaseException:
@@ -305,7 +247,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.recv(*args, **kwargs)
-        e = rec.begin(self, "recv", _p2p, args, kwargs)
+        e = rec.begin(self, "recv", p2p, args, kwargs)
         try:
             work = inner.recv(*args, **kwargs)
         except BaseException:
@@ -321,7 +263,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.reduce(*args, **kwargs)
-        e = rec.begin(self, "reduce", _inplace, args, kwargs)
+        e = rec.begin(self, "reduce", inplace, args, kwargs)
         try:
             work = inner.reduce(*args, **kwargs)
         except BaseException:
@@ -335,7 +277,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.all_gather_single(*args, **kwargs)
-        e = rec.begin(self, "_all_gather_base", _out_in, args, kwargs)
+        e = rec.begin(self, "_all_gather_base", out_in, args, kwargs)
         try:
             work = inner.all_gather_single(*args, **kwargs)
         except BaseException:
@@ -349,7 +291,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.all_gather_single(*args, **kwargs)
-        e = rec.begin(self, "_all_gather_base", _out_in, args, kwargs)
+        e = rec.begin(self, "_all_gather_base", out_in, args, kwargs)
         try:
             work = inner.all_gather_single(*args, **kwargs)
         except BaseException:
@@ -363,7 +305,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.allgather_coalesced(*args, **kwargs)
-        e = rec.begin(self, "ALLGATHER_coalesced", _gather_like, args, kwargs)
+        e = rec.begin(self, "ALLGATHER_coalesced", gather_like, args, kwargs)
         try:
             work = inner.allgather_coalesced(*args, **kwargs)
         except BaseException:
@@ -377,7 +319,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.gather(*args, **kwargs)
-        e = rec.begin(self, "gather", _gather_like, args, kwargs)
+        e = rec.begin(self, "gather", gather_like, args, kwargs)
         try:
             work = inner.gather(*args, **kwargs)
         except BaseException:
@@ -391,7 +333,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.scatter(*args, **kwargs)
-        e = rec.begin(self, "scatter", _scatter_like, args, kwargs)
+        e = rec.begin(self, "scatter", scatter_like, args, kwargs)
         try:
             work = inner.scatter(*args, **kwargs)
         except BaseException:
@@ -405,7 +347,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.reduce_scatter_single(*args, **kwargs)
-        e = rec.begin(self, "_reduce_scatter_base", _out_in, args, kwargs)
+        e = rec.begin(self, "_reduce_scatter_base", out_in, args, kwargs)
         try:
             work = inner.reduce_scatter_single(*args, **kwargs)
         except BaseException:
@@ -419,7 +361,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.reduce_scatter_single(*args, **kwargs)
-        e = rec.begin(self, "_reduce_scatter_base", _out_in, args, kwargs)
+        e = rec.begin(self, "_reduce_scatter_base", out_in, args, kwargs)
         try:
             work = inner.reduce_scatter_single(*args, **kwargs)
         except BaseException:
@@ -433,7 +375,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.alltoall(*args, **kwargs)
-        e = rec.begin(self, "all_to_all", _out_in, args, kwargs)
+        e = rec.begin(self, "all_to_all", out_in, args, kwargs)
         try:
             work = inner.alltoall(*args, **kwargs)
         except BaseException:
@@ -447,7 +389,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.recv_anysource(*args, **kwargs)
-        e = rec.begin(self, "recv", _any_source, args, kwargs)
+        e = rec.begin(self, "recv", any_source, args, kwargs)
         try:
             work = inner.recv_anysource(*args, **kwargs)
         except BaseException:
@@ -461,7 +403,7 @@ class RecordingProcessGroup(_PG):
         rec = SLOT.rec
         if rec is None:
             return inner.monitored_barrier(*args, **kwargs)
-        e = rec.begin(self, "barrier", _nothing, args, kwargs)
+        e = rec.begin(self, "barrier", nothing, args, kwargs)
         try:
             result = inner.monitored_barrier(*args, **kwargs)
         except BaseException:
@@ -498,5 +440,5 @@ class RecordingProcessGroup(_PG):
             return new
         from commscope.flight.install import adopt
 
-        ranks = [info.ranks[r] for r in sorted(_arg(args, kwargs, 0, "ranks") or [])]
-        return adopt(new, rec, ranks or None, _arg(args, kwargs, 1, "timeout"))
+        ranks = [info.ranks[r] for r in sorted(arg(args, kwargs, 0, "ranks") or [])]
+        return adopt(new, rec, ranks or None, arg(args, kwargs, 1, "timeout"))

@@ -8,7 +8,8 @@ The watchdog wakes every ``poll_interval_s`` (0.5 s by default) and
    (reason ``"timeout"``) and posts a dump request in the job's store;
 3. dumps once after a collective completed with an error (``"collective error"``);
 4. reads the store: a request posted by any rank makes this rank dump too
-   (``"request from rank R"``) — within one poll interval, so well under 2 s.
+   (``"request from rank R"``) — within one poll interval, so well under 2 s —
+   unless it dumped in the last 5 s itself (two ranks timing out together).
 
 A gloo or NCCL wait releases the GIL, so the watchdog runs while the main thread is
 stuck. Signals: SIGTERM and SIGUSR1 get a Python handler that dumps and then hands
@@ -46,6 +47,7 @@ REQUEST_COUNT_KEY = "commscope_flight/dump_request_count"
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _SIGNAL_DEDUP_S = 2.0
 _ERROR_DUMP_INTERVAL_S = 10.0
+_REQUEST_GRACE_S = 5.0
 
 
 def request_key(n: int) -> str:
@@ -84,6 +86,7 @@ class Watchdog:
         self._seen_requests = 0
         self._reported: set[int] = set()
         self._errors_seen = 0
+        self._last_dump = -1e9
         self._last_error_dump = 0.0
         self._pipe: tuple[int, int] | None = None
         self._old_wakeup_fd: int | None = None
@@ -178,6 +181,7 @@ class Watchdog:
         self._check_requests()
 
     def _safe_dump(self, reason: str) -> str | None:
+        self._last_dump = time.monotonic()
         try:
             path = self.dumper.dump(reason)
             logger.warning("commscope flight: wrote %s (%s)", path, reason)
@@ -228,6 +232,8 @@ class Watchdog:
         except Exception:
             payload = "?|?"
         self._seen_requests = n
+        if time.monotonic() - self._last_dump < _REQUEST_GRACE_S:
+            return  # this rank has just dumped (its own timeout): keep that file
         requester = payload.split("|", 1)[0]
         self._safe_dump(f"request from rank {requester}")
 
