@@ -9,8 +9,11 @@ the whole process tree sampled every 10 ms:
   ours:  python -m commscope analyze DIR --json -o OUT
   torch: python -m torch.distributed.flight_recorder.fr_trace DIR
 
-and check that both name the missing rank. fr_trace is skipped above --torch-max ranks
-(it takes minutes there: 313 s at 2 048 ranks on this kind of box).
+and check that both name the missing rank. Wall time, CPU time of the process tree
+(workers included) and peak RSS of the tree are printed, medians of --rounds
+interleaved rounds; on a shared machine the CPU-time ratio is the steadier one.
+fr_trace is skipped above --torch-max ranks (it takes minutes there: 313 s at 2 048
+ranks on this kind of box).
 
   .venv/bin/python bench/analyze_scale.py                       # 64 and 512 ranks
   .venv/bin/python bench/analyze_scale.py --ranks 64,512,4096   # the goals in the issue
@@ -22,7 +25,9 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,9 +60,10 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
-    """(wall seconds, peak tree RSS in MB, exit code, stdout+stderr)."""
+def run_measured(cmd: list[str], timeout: float) -> tuple[float, float, float, int, str]:
+    """(wall s, CPU s of the whole process tree, peak tree RSS MB, exit code, output)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COMMSCOPE_NO_RICH": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     peak = 0
@@ -79,7 +85,9 @@ def run_measured(cmd: list[str], timeout: float) -> tuple[float, float, int, str
     wall = time.perf_counter() - start
     stop.set()
     sampler.join()
-    return wall, peak / 1024, proc.returncode, out.decode(errors="replace")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, peak / 1024, proc.returncode, out.decode(errors="replace")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,14 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where to write dumps (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the dumps")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="interleaved rounds per size; medians are printed")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.ranks.split(",") if x.strip()]
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="analyze_scale_"))
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
     print(f"{args.entries} records per rank; the middle rank misses the newest collective\n")
-    header = (f"{'ranks':>6} {'ours s':>8} {'torch s':>8} {'speedup':>8} {'ours MB':>8} "
-              f"{'torch MB':>9} {'mem ratio':>9} {'ours us/rank/entry':>19}  both found culprit")
+    header = (f"{'ranks':>6} {'ours s':>7} {'torch s':>8} {'speedup':>8} {'ours cpu':>8} "
+              f"{'torch cpu':>9} {'cpu ratio':>9} {'ours MB':>8} {'torch MB':>9} "
+              f"{'mem ratio':>9} {'us/rank/entry':>13}  both found culprit")
     print(header)
     rows = []
     for n in sizes:
@@ -109,31 +120,41 @@ def main(argv: list[str] | None = None) -> int:
             write_scale_dumps(folder, n, args.entries)
         culprit = n // 2
         out_json = base / f"ours_{n}.json"
-        cmd = [sys.executable, "-m", "commscope", "analyze", str(folder), "--json", "-o",
-               str(out_json)]
+        ours_cmd = [sys.executable, "-m", "commscope", "analyze", str(folder), "--json", "-o",
+                    str(out_json)]
         if args.jobs:
-            cmd += ["--jobs", str(args.jobs)]
-        ours_s, ours_mb, code, text = run_measured(cmd, args.timeout)
-        if code != 0:
-            print(text)
-            return 1
-        root = json.loads(out_json.read_text())["findings"][0]
-        ours_ok = root["kind"] == "missing_rank" and root["culprit_ranks"] == [culprit]
-        torch_s = torch_mb = None
-        torch_ok = None
-        if n <= args.torch_max:
-            cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)]
-            torch_s, torch_mb, code, text = run_measured(cmd, args.timeout)
-            torch_ok = code == 0 and "missing ranks" in text and f"{culprit}" in text
-        speed = f"{torch_s / ours_s:7.1f}x" if torch_s else "       -"
-        mem = f"{ours_mb / torch_mb:8.2f}" if torch_mb else "        -"
-        per = ours_s / (n * args.entries) * 1e6
+            ours_cmd += ["--jobs", str(args.jobs)]
+        torch_cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                     str(folder)]
+        ours, theirs = [], []
+        ours_ok = torch_ok = None
+        for _ in range(args.rounds):  # interleaved: both sides see the same load
+            wall, cpu, mb, code, text = run_measured(ours_cmd, args.timeout)
+            if code != 0:
+                print(text)
+                return 1
+            ours.append((wall, cpu, mb))
+            root = json.loads(out_json.read_text())["findings"][0]
+            ours_ok = root["kind"] == "missing_rank" and root["culprit_ranks"] == [culprit]
+            if n <= args.torch_max:
+                wall, cpu, mb, code, text = run_measured(torch_cmd, args.timeout)
+                theirs.append((wall, cpu, mb))
+                torch_ok = code == 0 and "missing ranks" in text and f"{culprit}" in text
+        o_wall, o_cpu, o_mb = (statistics.median(x[i] for x in ours) for i in range(3))
+        cells = [f"{n:>6}", f"{o_wall:>7.2f}"]
+        if theirs:
+            t_wall, t_cpu, t_mb = (statistics.median(x[i] for x in theirs) for i in range(3))
+            cells += [f"{t_wall:>8.2f}", f"{t_wall / o_wall:>7.1f}x", f"{o_cpu:>8.2f}",
+                      f"{t_cpu:>9.2f}", f"{t_cpu / o_cpu:>8.1f}x", f"{o_mb:>8.0f}",
+                      f"{t_mb:>9.0f}", f"{o_mb / t_mb:>9.2f}"]
+        else:
+            cells += [f"{'-':>8}", f"{'-':>8}", f"{o_cpu:>8.2f}", f"{'-':>9}", f"{'-':>9}",
+                      f"{o_mb:>8.0f}", f"{'-':>9}", f"{'-':>9}"]
+        per = o_wall / (n * args.entries) * 1e6
         found = f"ours {'yes' if ours_ok else 'NO'}" + (
             f", torch {'yes' if torch_ok else 'NO'}" if torch_ok is not None else "")
-        print(f"{n:>6} {ours_s:>8.2f} {torch_s if torch_s else float('nan'):>8.2f} {speed} "
-              f"{ours_mb:>8.0f} {torch_mb if torch_mb else float('nan'):>9.0f} {mem} "
-              f"{per:>19.3f}  {found}", flush=True)
-        rows.append((n, ours_s, per))
+        print(" ".join(cells) + f" {per:>13.3f}  {found}", flush=True)
+        rows.append((n, o_wall, per))
         if not args.keep and not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
     if len(rows) > 1:

@@ -3,7 +3,8 @@
 Algorithm (:func:`diagnose`):
 
 1. Stale dumps (ours carry ``dump_time_ns``): a rank whose dump is much older than the
-   others' stopped early (:func:`commscope.analyze.timing.stale_dumps`).
+   others' and whose history stops before theirs stopped early
+   (:func:`commscope.analyze.timing.stale_dumps`).
 2. Disagreements inside groups (:func:`commscope.analyze.mismatch.mismatch_findings`):
    op / order / size / dtype / skipped collective.
 3. The wait graph (:mod:`commscope.analyze.waits`): cycles across groups are reported
@@ -117,6 +118,11 @@ def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding
         blocking=True, details={"frames": frames, "cycle": [(w.waiter, w.target, w.group, w.seq)
                                                             for w in cycle]},
     )
+
+
+def _behind(ctx: Context, rank: int) -> bool:
+    """The rank's history stops before another member's in some group."""
+    return any(rank in v.spans and v.spans[rank][1] < v.max_hi for v in ctx.views.values())
 
 
 def _status(ctx: Context, rank: int, group: str, seq: int) -> int:
@@ -338,7 +344,7 @@ def _healthy(ctx: Context) -> Finding:
 
 def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
-    ctx.stale = stale_dumps(ctx)
+    ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
     findings = mismatch_findings(ctx)
     graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx))
     explained: set[int] = set()

@@ -174,3 +174,13 @@ def test_big_job_is_linear_enough(tmp_path):
     assert (root.kind, root.culprit_ranks, root.collective_seq_id) == ("missing_rank", [77], 60)
     assert len(root.waiting_ranks) == 127
     assert elapsed < 10, elapsed
+
+
+def test_an_older_dump_with_a_complete_history_is_not_a_crash(tmp_path):
+    job = SyntheticJob(3)
+    for _ in range(4):
+        job.collective("all_reduce")
+    late = job.clock + 600 * 10**9
+    job.write(tmp_path, dump_times={0: late, 1: late - 300 * 10**9, 2: late})
+    result = analyze(tmp_path)
+    assert result.verdict == "healthy", result.findings[0].message
