@@ -198,6 +198,8 @@ def test_hang_every_rank_dumps_and_torch_fr_trace_names_the_missing_rank(tmp_pat
     # Rank 3 was not stuck in any collective: it dumped because another rank asked.
     assert dumps[3]["dump_reason"].startswith("request from rank ")
     assert int(dumps[3]["dump_reason"].rsplit(" ", 1)[1]) in (0, 1, 2)
+    first_timeout = min(d["dump_time_ns"] for d in dumps.values() if d["dump_reason"] == "timeout")
+    assert dumps[3]["dump_time_ns"] - first_timeout <= 2e9  # the request reached it in 2 s
     default = [e for e in dumps[3]["entries"] if e["process_group"][1] == "default_pg"]
     assert [e["collective_seq_id"] for e in default] == [1, 2, 3]
     instead = dumps[3]["entries"][-1]
@@ -302,3 +304,37 @@ def test_p2p_ops_carry_group_local_ranks_global_peers_and_shared_batch_seq(tmp_p
             ("undefined", f"gloo:recv {me}<-{other}", peer, 0, 1, 2, "completed"),
             ("undefined", "gloo:all_reduce", None, 1, 1, 3, "completed"),
         ]
+
+
+# --------------------------------------------------------------------------- commscope.mesh
+
+
+def _commscope_mesh(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+    from commscope.mesh import init_device_mesh
+
+    _init(
+        rank, world_size, timing=True, watchdog=False, handle_signals=False, dump_on_exception=False
+    )
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dist.all_reduce(torch.ones(5), group=mesh.get_group("tp"))
+    dist.all_reduce(torch.ones(6), group=mesh.get_group("dp"))
+    snap = flight.snapshot()
+    mine = [e for e in snap["entries"] if e["mesh_axis"] is not None]
+    return (
+        [(e["mesh_axis"], e["input_sizes"], e["collective_seq_id"]) for e in mine],
+        {c["desc"]: c["ranks"] for c in snap["pg_config"].values()},
+        all(e["duration_ms"] >= 0 for e in snap["entries"]),
+    )
+
+
+def test_commscope_mesh_groups_are_recorded_with_their_axis(tmp_path):
+    results = run_ranks(_commscope_mesh, 4, tmp_path, timeout=60, init=False)
+    for rank, (entries, config, timed) in enumerate(results):
+        assert entries == [("tp", [[5]], 1), ("dp", [[6]], 1)]
+        assert config["mesh_tp"] == str([rank // 2 * 2, rank // 2 * 2 + 1])
+        assert config["mesh_dp"] == str([rank % 2, rank % 2 + 2])
+        assert timed  # timing=True: every completed gloo op has duration_ms
