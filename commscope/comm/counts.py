@@ -66,5 +66,11 @@ class CommCounts(defaultdict):
     def __repr__(self) -> str:
         return f"CommCounts({ {str(k): v for k, v in self.items()} })"
 
+    def copy(self) -> CommCounts:
+        """A shallow copy (same class, same keys)."""
+        return CommCounts(self)
+
+    __copy__ = copy
+
     def __reduce__(self) -> Any:
         return (CommCounts, (), None, None, iter(self.items()))

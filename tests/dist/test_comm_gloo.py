@@ -89,6 +89,14 @@ def _calls(rank: int, world_size: int):
         elif rank == 1:
             dist.recv(t, 0)
 
+    def batch_p2p():
+        ops = [
+            dist.P2POp(dist.isend, torch.ones(4), (rank + 1) % world_size),
+            dist.P2POp(dist.irecv, torch.zeros(4), (rank - 1) % world_size),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
     return {
         "all_reduce": lambda: dist.all_reduce(t),
         "all_reduce async": lambda: dist.all_reduce(t, async_op=True).wait(),
@@ -118,6 +126,7 @@ def _calls(rank: int, world_size: int):
         ],
         "barrier": lambda: dist.barrier(),
         "send/recv": p2p,
+        "batch_isend_irecv": batch_p2p,
         "in-place all_reduce_": lambda: torch.ops._c10d_functional.wait_tensor(
             torch.ops._c10d_functional.all_reduce_(t, "sum", group.group_name)
         ),
@@ -150,6 +159,7 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
     not_counted_by_pytorch = {
         "barrier": {"c10d.barrier": 1},
         "in-place all_reduce_": {"_c10d_functional.all_reduce_": 1},
+        "batch_isend_irecv": {"c10d.send": 1, "c10d.recv_": 1},
     }
     for rank, res in enumerate(results):
         for name, got in res.items():

@@ -5,6 +5,7 @@ Each test names the PyTorch behaviour it guards against (measured in the spec).
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -286,6 +287,8 @@ def test_get_comm_counts_answers_to_every_spelling(world):
     assert counts[torch.ops.c10d_functional.broadcast] == 0
     assert counts["broadcast"] == 0
     assert len(counts) == 2  # lookups never insert
+    duplicate = copy.copy(counts)
+    assert type(duplicate) is CommCounts and duplicate == counts and duplicate["all_reduce"] == 3
 
 
 def test_reentry_resets_and_double_entry_refused(world):
