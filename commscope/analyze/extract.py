@@ -198,7 +198,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     uniq = dict.fromkeys(keys)
     local = {k: i for i, k in enumerate(uniq)}
     sid = list(map(local.__getitem__, keys))
-    sigs = [decode_sig(k) for k in uniq]
+    sigs = [_decoded(k) for k in uniq]
     counts = Counter(sid) if any(s.problem for s in sigs) else Counter()
     for i, s in enumerate(sigs):
         if s.problem:
@@ -263,6 +263,19 @@ def _renumber(dump: RankDump, kept: list[int]) -> None:
     if dump.last is not None:
         g, s, i = dump.last
         dump.last = (g, s, kept[i])
+
+
+_DECODED: dict[bytes, Sig] = {}
+
+
+def _decoded(key: bytes) -> Sig:
+    """:func:`decode_sig`, remembered: every rank of a job repeats the same few."""
+    sig = _DECODED.get(key)
+    if sig is None:
+        sig = decode_sig(key)
+        if len(_DECODED) < 65_536:
+            _DECODED[key] = sig
+    return sig
 
 
 def _peer_of(entry: Any) -> int | None:

@@ -19,6 +19,7 @@ first, and reads the second for p2p records only.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from operator import itemgetter
 from typing import Any
@@ -78,17 +79,16 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
         for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ, R_CREATED):
             if set(map(type, cols[i])) != _INT:
                 return None
-        for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ):  # created: its array checks
-            if max(cols[i]) > _I64 or min(cols[i]) < -_I64:
-                return None
+        for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ):  # created: its own array checks
+            array("q", cols[i])  # OverflowError beyond 64 bits
         if min(cols[R_SEQ]) < 0:
             return None
         for i in (R_TSTART, R_TDONE):
-            if not set(map(type, cols[i])) <= _INT_NONE:
+            types = set(map(type, cols[i]))
+            if not types <= _INT_NONE:
                 return None
-            if (max(filter(None, cols[i]), default=0) > _I64
-                    or min(filter(None, cols[i]), default=0) < -_I64):
-                return None
+            if int in types:
+                array("q", filter(None, cols[i]))
         if set(map(type, cols[R_NAME])) != _STR or not set(map(type, cols[R_RETIRED])) <= _BOOL:
             return None
         if not set(map(type, cols[R_ISP2P])) <= _BOOL or not set(cols[R_STATE]) <= _STATES:
@@ -101,7 +101,7 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
         for pg in set(cols[R_PG]):
             if len(pg) != 2 or type(pg[0]) is not str or type(pg[1]) is not str:
                 return None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     cols.append(None)  # duration_ms: not needed by the analysis (timelines re-read it)
     cols.append(None)  # peer: read for p2p records only (see extract._peer_of)
