@@ -114,8 +114,9 @@ class ModuleTracker:
     """
 
     def __init__(self) -> None:
-        self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-        self._named: weakref.WeakSet[Any] = weakref.WeakSet()
+        # id(module) -> [weak reference, fqn, children named?]; a plain dict because a
+        # WeakKeyDictionary lookup builds a weak reference every time.
+        self._names: dict[int, list[Any]] = {}
         self._handles: list[Any] = []
         self.active = False
         self._used = False
@@ -168,28 +169,42 @@ class ModuleTracker:
 
     # ------------------------------------------------------------------ naming
 
+    def _entry(self, mod: Any) -> list[Any] | None:
+        entry = self._names.get(id(mod))
+        if entry is not None and entry[0]() is mod:
+            return entry
+        return None
+
+    def _set_name(self, mod: Any, name: str) -> list[Any]:
+        entry = self._entry(mod)
+        if entry is None:
+            entry = self._names[id(mod)] = [weakref.ref(mod), name, False]
+        else:
+            entry[1] = name
+        return entry
+
     def _name(self, mod: Any) -> str:
-        name = self._names.get(mod)
-        if name is None:
-            name = type(mod).__name__
-            self._names[mod] = name
-        if mod not in self._named:
+        entry = self._entry(mod)
+        if entry is None:
+            entry = self._set_name(mod, type(mod).__name__)
+        name = entry[1]
+        if not entry[2]:
             for child_name, child in mod.named_children():
-                self._names[child] = f"{name}.{child_name}"
+                self._set_name(child, f"{name}.{child_name}")
                 self._name(child)
-            self._named.add(mod)
+            entry[2] = True
         return name
 
     def get_known_fqn(self, mod: Any) -> str | None:
         """The FQN given to ``mod``, or ``None`` if it was never seen."""
-        return self._names.get(mod)
+        entry = self._entry(mod)
+        return None if entry is None else entry[1]
 
     # ------------------------------------------------------------------ hooks
 
     def _first_sight(self, mod: Any) -> ModuleRecord:
-        fqn = self._names.get(mod)
-        if fqn is None or mod not in self._named:
-            fqn = self._name(mod)
+        entry = self._entry(mod)
+        fqn = entry[1] if entry is not None and entry[2] else self._name(mod)
         rec = self.records.get(fqn)
         if rec is None:
             parent = self._stack[-1][0] if self._stack else self.global_record
