@@ -21,7 +21,10 @@ Algorithm (:func:`load_dumps`):
    back compact columns, never the raw entries.
 5. **Merge**: signatures are interned into one table; two files claiming one rank keep
    the one with the later dump time, then more records, then the smaller path, and
-   the other is reported as a duplicate. The result never depends on listing order.
+   the other is reported as a duplicate. An unreadable file whose name does not look
+   like the readable dumps' (``checkpoint_10000`` beside ``rank_<N>``) is listed but
+   claims no rank. Half-written files (``rank_0.tmp1234``) are skipped. The result
+   never depends on listing order.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>(?:\.(?:json|pkl|pickle))?(?:\.gz)?)$")
+_SCRATCH = re.compile(r"\.(tmp|part|partial|swp|lock)\w*$|~$")
+"""Half-written files of atomic writers (``rank_0.tmp1234``) are not dumps."""
 _PARALLEL_MIN_FILES = 64
 _MAX_DEPTH = 3
 
@@ -196,9 +201,14 @@ def _rank_from_name(name: str, rel: str, prefix: str | None) -> object:
                 return None  # claimed by the prefix, but no rank number after it
         return _NO_MATCH
     m = _NAME.match(name)
-    if not m or name.endswith((".py", ".txt", ".html", ".md")):
+    if not m or name.endswith((".py", ".txt", ".html", ".md")) or _SCRATCH.search(name):
         return _NO_MATCH
     return int(m.group("rank"))
+
+
+def _stem(path: str) -> str:
+    m = _NAME.match(os.path.basename(path))
+    return m.group("stem") if m else ""
 
 
 def load_file(path: str, name_rank: int | None) -> RankDump | Unreadable:
@@ -311,6 +321,10 @@ def load_dumps(
             ))
     _share_columns(dumps)
     table.columns.clear()
+    stems = {_stem(d.path) for d in dumps.values()}
+    unreadable = [u if u.rank is None or not stems or _stem(u.file) in stems
+                  or u.rank in dumps else Unreadable(u.file, u.error, None)
+                  for u in unreadable]
     unreadable.sort(key=lambda u: u.file)
     return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root)
 

@@ -222,3 +222,14 @@ def test_native_gloo_dump_is_plain_data_only():
         data = read_dump_file(path)
         assert data["version"] == "2.10" and data["pg_config"] == {
             "": {"name": "", "desc": "", "ranks": "[0, 1, 2]"}}
+
+
+def test_scratch_and_odd_files_do_not_invent_ranks(tmp_path):
+    job = _missing_rank_job()
+    job.write(tmp_path)
+    (tmp_path / "rank_0.tmp12345").write_bytes(b"half written")
+    (tmp_path / "checkpoint_step_10000").write_bytes(b"not a dump at all")
+    result = analyze(tmp_path)
+    assert result.expected == [0, 1, 2, 3] and result.missing == []
+    assert [Path(u.file).name for u in result.unreadable] == ["checkpoint_step_10000"]
+    assert _root(result) == ("missing_rank", [2], 4)
