@@ -25,23 +25,16 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from commscope.comm import registry
+from commscope.comm import registry, snapshot
 from commscope.comm.counts import CommCounts
-from commscope.comm.modules import (
-    CHECKPOINTING,
-    COUNT_PHASES,
-    PHASE_NAMES,
-    ModuleRecord,
-    ModuleTracker,
-)
-from commscope.comm.trace import CollectiveRecord, CommTrace, ModuleNode, OpEntry
+from commscope.comm.modules import CHECKPOINTING, ModuleRecord, ModuleTracker
+from commscope.comm.trace import CollectiveRecord, CommTrace
 
 __all__ = ["CommDebugMode"]
 
@@ -153,7 +146,7 @@ class CommDebugMode(TorchDispatchMode):
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            self._axis_by_group = self._mesh_axes()
+            self._axis_by_group = snapshot.mesh_axes(self._tracker.meshes)
             self._tracker.exit()
         finally:
             self._active = False
@@ -212,23 +205,12 @@ class CommDebugMode(TorchDispatchMode):
         if (
             group.name not in self._searched
             and not group.desc.startswith("mesh_")
-            and not _known_group(group.name, self._tracker.meshes)
+            and not snapshot.known_group(group.name, self._tracker.meshes)
         ):
             self._searched.add(group.name)
-            _find_meshes(self._tracker.meshes)
+            snapshot.find_meshes(self._tracker.meshes)
         self._raw.append((cls, rec.fqn, bucket, phase == CHECKPOINTING, nbytes, dtype, group))
         self._records = None
-
-    def _mesh_axes(self) -> dict[str, str]:
-        """``group_name -> axis name`` for every mesh seen (DTensor ops and parameters)."""
-        axes: dict[str, str] = {}
-        for mesh in list(self._tracker.meshes.values()):
-            names = getattr(mesh, "mesh_dim_names", None)
-            groups = getattr(mesh, "_dim_group_names", None) or []
-            for i, group_name in enumerate(groups):
-                if group_name is not None:
-                    axes.setdefault(str(group_name), names[i] if names else f"dim_{i}")
-        return axes
 
     # ------------------------------------------------------------------ PyTorch's API
 
@@ -267,25 +249,7 @@ class CommDebugMode(TorchDispatchMode):
     @property
     def comm_module_operation_counts(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
         """``{fqn: {"operations_list": [op dicts]}}`` in PyTorch's shape."""
-        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for rec in self._tracker.modules():
-            if not rec.ops:
-                continue
-            ops = []
-            for func, phase, info in rec.ops:
-                shapes, placements, mesh = info if info is not None else ([], [], None)
-                ops.append(
-                    {
-                        "name": func,
-                        "input_shape": list(shapes),
-                        "input_sharding": list(placements),
-                        "device_mesh": "" if mesh is None else str(mesh),
-                        "is_bw": phase in (1, CHECKPOINTING),
-                        "is_activation_checkpointing": phase == CHECKPOINTING,
-                    }
-                )
-            out[rec.fqn] = {"operations_list": ops}
-        return out
+        return snapshot.operation_dicts(self._tracker)
 
     @property
     def comm_registry(self) -> set[Any]:
@@ -328,31 +292,10 @@ class CommDebugMode(TorchDispatchMode):
     def records(self) -> list[CollectiveRecord]:
         """Every collective of the block in issue order, with bytes, group and axis."""
         if self._records is None:
-            axes = self._axis_by_group if self._axis_by_group is not None else self._mesh_axes()
-            records = []
-            for i, (cls, fqn, bucket, ckpt, nbytes, dtype, group) in enumerate(self._raw):
-                axis = None
-                if group.desc.startswith("mesh_") and group.desc != "mesh_default":
-                    axis = group.desc[len("mesh_") :]
-                elif group.name in axes:
-                    axis = axes[group.name]
-                records.append(
-                    CollectiveRecord(
-                        index=i,
-                        key=str(cls.key),
-                        collective=cls.collective,
-                        module=fqn,
-                        phase=COUNT_PHASES[bucket],
-                        bytes=nbytes,
-                        dtype=dtype,
-                        group_name=group.name,
-                        group_desc=group.desc,
-                        group_size=group.size,
-                        axis=axis,
-                        checkpointing=ckpt,
-                    )
-                )
-            self._records = records
+            axes = self._axis_by_group
+            if axes is None:
+                axes = snapshot.mesh_axes(self._tracker.meshes)
+            self._records = snapshot.build_records(self._raw, axes)
         return self._records
 
     def summary(self, bandwidth_gbps: float | None = None) -> str:
@@ -364,47 +307,13 @@ class CommDebugMode(TorchDispatchMode):
 
     def trace(self) -> CommTrace:
         """Everything captured, as plain data (what the reports and the JSON are made of)."""
-        strings: dict[Any, str] = {}
-
-        def text(obj: Any) -> str:
-            key = id(obj)
-            found = strings.get(key)
-            if found is None:
-                found = strings[key] = str(obj)
-            return found
-
-        records = self._tracker.records
-
-        def node(rec: ModuleRecord) -> ModuleNode:
-            n = ModuleNode(fqn=rec.fqn, depth=rec.depth, module_type=rec.module_type)
-            for name, param in rec.params:
-                placements = getattr(param, "placements", None)
-                if placements is not None:
-                    n.parameters.append((name, str(placements)))
-                n.parameter_details.append(_param_detail(name, param))
-            n.collectives = {
-                phase: {str(k): v for k, v in rec.counts[i].items()} if rec.counts else {}
-                for i, phase in enumerate(COUNT_PHASES)
-            }
-            for func, phase, info in rec.ops:
-                entry = OpEntry(name=text(func), phase=PHASE_NAMES[phase])
-                if info is not None:
-                    shapes, placements, mesh = info
-                    entry.input_shape = [str(s) for s in shapes]
-                    entry.input_sharding = [str(p) for p in placements]
-                    entry.device_mesh = "" if mesh is None else text(mesh)
-                n.ops.append(entry)
-            n.children = [node(records[child]) for child in rec.children]
-            return n
-
         rank, world = self._where()
-        return CommTrace(
-            root=node(self._tracker.global_record),
-            records=list(self.records),
-            noise_level=3 if self.record_ops else 0,
+        return snapshot.build_trace(
+            self._tracker,
+            self.records,
+            ops_recorded=self.record_ops,
             rank=rank,
             world_size=world,
-            torch_version=str(torch.__version__),
             bandwidth_gbps=self.bandwidth_gbps,
         )
 
@@ -442,53 +351,6 @@ def _dtensor_info(args: Any, meshes: dict[int, Any]) -> tuple[list[Any], list[An
     if mesh is not None:
         meshes[id(mesh)] = mesh
     return shapes, placements, mesh
-
-
-def _known_group(group_name: str, meshes: dict[int, Any]) -> bool:
-    """True when one of the meshes seen so far has ``group_name`` as one of its axes."""
-    for mesh in meshes.values():
-        names = getattr(mesh, "_dim_group_names", None) or ()
-        if group_name in names:
-            return True
-    return False
-
-
-def _find_meshes(meshes: dict[int, Any], max_frames: int = 48) -> None:
-    """Look for device meshes in the callers' frames (``distribute_tensor(t, mesh, ...)``).
-
-    Used once per process group whose description does not name a mesh axis (a 1-D
-    mesh over the whole world reuses the default group, ``default_pg``), so the axis can
-    still be named when no DTensor op has shown us the mesh yet.
-    """
-    from torch.distributed.device_mesh import DeviceMesh
-
-    frame = sys._getframe(2)
-    for _ in range(max_frames):
-        if frame is None:
-            return
-        for value in frame.f_locals.values():
-            if isinstance(value, DeviceMesh):
-                meshes[id(value)] = value
-            elif isinstance(value, DTensor):
-                mesh = value.device_mesh
-                meshes[id(mesh)] = mesh
-        frame = frame.f_back
-
-
-def _param_detail(name: str, param: Any) -> dict[str, Any]:
-    from commscope import collectives
-
-    placements = getattr(param, "placements", None)
-    local = getattr(param, "_local_tensor", param)
-    mesh = getattr(param, "device_mesh", None)
-    return {
-        "name": name,
-        "shape": list(param.shape),
-        "local_shape": list(local.shape),
-        "dtype": collectives.normalize_dtype_name(str(param.dtype)),
-        "placements": None if placements is None else str(placements),
-        "mesh": None if mesh is None else str(mesh),
-    }
 
 
 def _rank_and_world() -> tuple[int | None, int | None]:
