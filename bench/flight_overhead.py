@@ -8,8 +8,10 @@ Three measurements, side by side in one run:
    (``commscope.flight.enable(buffer_size=2000)``, native off). Each op is timed; a
    job's figure is its median op (robust to bursts of other work on a shared machine);
    rounds interleave the modes and the median over rounds is reported;
-2. the same loop on torch's fake backend in this process, which does no
-   communication and so isolates the recorder's own cost per collective;
+   and, in one job, recording switched on and off every 20 ops (paired: the cleanest
+   figure on a noisy machine);
+2. the same loop on torch's fake backend, which does no communication and so isolates
+   the recorder's own cost per collective (separate processes, and paired on/off);
 3. the time to produce a dump of a full 2000-entry ring (ours vs PyTorch's
    ``_dump_fr_trace()``, whose first call also initialises its symbolizer).
 
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -48,10 +51,36 @@ def _nested(depth: int, fn):
     return _nested(depth - 1, fn)
 
 
+def _paired(iters: int, block: int, depth: int, op) -> tuple[float, float]:
+    """Median op time with recording on and off, alternating blocks of ``block`` ops.
+
+    Recording is switched by the recorder's own slot (the group stays the same object),
+    so both halves see the same machine noise; every rank follows the same schedule.
+    """
+    from commscope.flight.recorder import SLOT
+
+    rec = SLOT.rec
+    clock = time.perf_counter_ns
+    on: list[int] = []
+    off: list[int] = []
+
+    def loop():
+        for i in range(iters // block):
+            SLOT.rec, keep = (rec, on.append) if i % 2 == 0 else (None, off.append)
+            for _ in range(block):
+                s = clock()
+                op()
+                keep(clock() - s)
+
+    _nested(depth, loop)
+    SLOT.rec = rec
+    return statistics.median(on) / 1e3, statistics.median(off) / 1e3
+
+
 def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
     os.environ["TORCH_FR_BUFFER_SIZE"] = "2000" if mode == "native" else "0"
     torch.set_num_threads(1)
-    if mode == "ours":
+    if mode in ("ours", "paired"):
         flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
     dist.init_process_group(
         "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
@@ -71,6 +100,13 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
     _nested(depth, lambda: loop(200))  # warm-up
     samples.clear()
     dist.barrier()
+    if mode == "paired":
+        result = _paired(iters, 20, depth, lambda: dist.all_reduce(t))
+        dist.barrier()
+        conn.send((result, []))
+        conn.close()
+        dist.destroy_process_group()
+        os._exit(0)
     _nested(depth, lambda: loop(iters))
     # The median op: bursts of other work on a shared machine hit single ops, not all.
     per_op_us = statistics.median(samples) / 1e3
@@ -109,6 +145,8 @@ def gloo_round(mode: str, world: int, iters: int, depth: int, numel: int) -> tup
         results = [pipe.recv() for pipe in pipes]
         for p in procs:
             p.join(30)
+    if mode == "paired":
+        return results[0][0], []
     per_op = statistics.median(r[0] for r in results)
     return per_op, results[0][1]
 
@@ -117,10 +155,15 @@ def _fake_child(mode, iters, depth, conn):
     os.environ["TORCH_FR_BUFFER_SIZE"] = "0"
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    if mode == "ours":
+    if mode in ("ours", "paired"):
         flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     t = torch.ones(16)
+    if mode == "paired":
+        _paired(2000, 50, depth, lambda: dist.all_reduce(t))  # warm-up
+        conn.send(_paired(iters, 50, depth, lambda: dist.all_reduce(t)))
+        conn.close()
+        os._exit(0)
 
     def loop(n):
         for _ in range(n):
@@ -137,7 +180,7 @@ def _fake_child(mode, iters, depth, conn):
     os._exit(0)
 
 
-def fake_round(mode: str, iters: int, depth: int) -> float:
+def fake_round(mode: str, iters: int, depth: int) -> Any:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_fake_child, args=(mode, iters, depth, child))
@@ -168,10 +211,15 @@ def main() -> None:
             gloo[mode].append(per_op)
             if dump_ms:
                 dumps[mode].append(dump_ms)
+    paired = [
+        gloo_round("paired", args.ranks, 2 * args.iters, args.depth, args.numel)[0]
+        for _ in range(args.rounds)
+    ]
     fake: dict[str, list[float]] = {"none": [], "ours": []}
     for r in range(args.rounds):
         for mode in ("none", "ours") if r % 2 == 0 else ("ours", "none"):
             fake[mode].append(fake_round(mode, args.fake_iters, args.depth))
+    fake_paired = [fake_round("paired", args.fake_iters, args.depth) for _ in range(args.rounds)]
 
     med = {m: statistics.median(v) for m, v in gloo.items()}
     fmed = {m: statistics.median(v) for m, v in fake.items()}
@@ -196,6 +244,13 @@ def main() -> None:
         f"added per collective: commscope {med['ours'] - med['none']:+.1f} us, "
         f"native {med['native'] - med['none']:+.1f} us"
     )
+    p_on = statistics.median(x[0] for x in paired)
+    p_off = statistics.median(x[1] for x in paired)
+    p_add = statistics.median(x[0] - x[1] for x in paired)
+    print(
+        f"  same job, recording switched on/off every 20 ops: on {p_on:.1f} us/op, "
+        f"off {p_off:.1f} us/op, added {p_add:+.1f} us ({p_add / p_off:+.1%})"
+    )
     added = fmed["ours"] - fmed["none"]
     print(
         f"fake backend (no communication): none {fmed['none']:.2f} us/op, "
@@ -208,7 +263,17 @@ def main() -> None:
     )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"gloo": gloo, "fake": fake, "dumps": dumps, "args": vars(args)}, fh)
+            json.dump(
+                {
+                    "gloo": gloo,
+                    "paired": paired,
+                    "fake": fake,
+                    "fake_paired": fake_paired,
+                    "dumps": dumps,
+                    "args": vars(args),
+                },
+                fh,
+            )
 
 
 if __name__ == "__main__":

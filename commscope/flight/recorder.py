@@ -6,9 +6,13 @@ calls :meth:`Recorder.begin` before handing a call to the real backend and
 :meth:`Recorder.issued` with the backend's work afterwards. Completion is learnt without
 keeping the work or its tensors:
 
-* gloo and most backends: a callback on the work's future marks the entry completed;
-* works without a future (gloo's ``send``/``recv``) are returned wrapped in a
-  :class:`~commscope.flight.work.TrackedWork` whose ``wait`` marks it;
+* gloo and most backends: the work goes back to the caller wrapped in a
+  :class:`~commscope.flight.work.TrackedWork`; its ``wait()`` (what eager calls, FSDP
+  and functional collectives do) or ``is_completed()`` marks the entry, and asking for
+  its future (DDP, comm hooks) hangs a completion callback on that future. A callback
+  on every future would make the backend's thread take the GIL after every op, which
+  costs two thread switches per collective (measured: +40-60 µs per gloo all_reduce
+  on a busy 2-core box, against +6 µs for the wrapper);
 * NCCL/XCCL futures complete at enqueue (CUDA futures), so their works are polled with
   ``is_completed()`` by the watchdog until done, then released.
 
@@ -22,7 +26,6 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from time import perf_counter_ns, time_ns
 from typing import Any
 
@@ -31,6 +34,7 @@ from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.groups import GroupInfo
 from commscope.flight.ring import Ring
+from commscope.flight.work import TrackedWork
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
@@ -102,7 +106,6 @@ class Recorder:
         self._pending_cap = max(4096, 2 * config.buffer_size)
         self._threads: dict[int, tuple[str, str]] = {}
         self._dtypes: dict[Any, str] = {}
-        self._no_future: set[tuple[str, str]] = set()
         self._failed = False
         self._groups_lock = threading.Lock()
         self._on_future_cb = self._on_future  # bound once, not per collective
@@ -264,17 +267,6 @@ class Recorder:
                     # completed works are let go and the dict stays small.
                     self.poll()
                 return work
-            kind = "p2p" if e.is_p2p else e.profiling_name
-            if kind not in self._no_future:
-                try:
-                    fut = work.get_future()
-                except Exception:
-                    self._no_future.add(kind)
-                else:
-                    fut.add_done_callback(partial(self._on_future_cb, e))
-                    return work
-            from commscope.flight.work import TrackedWork
-
             return TrackedWork(work, e, self)
         except Exception as exc:
             self.fail(exc)

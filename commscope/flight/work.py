@@ -1,16 +1,24 @@
-"""A work handle that tells the recorder when it completes.
+"""A work handle that tells the recorder when its collective completed.
 
-Some backends return works without a future (gloo's ``send``/``recv``), so no callback
-can announce their completion. The recording process group hands such a work back to
-the caller wrapped in :class:`TrackedWork`: every call is forwarded to the real work,
-and the first ``wait()`` that returns (or ``is_completed()`` that says yes) marks the
-entry completed. The wrapper holds the real work (which the caller holds anyway); the
-recorder holds only the entry.
+The recording process group hands the backend's work back to the caller wrapped in
+:class:`TrackedWork`. Every call is forwarded to the real work; on the way the wrapper
+notes completion, in the caller's own thread:
+
+* ``wait()`` returning (eager calls, FSDP, functional collectives' ``wait_tensor``);
+* ``is_completed()`` saying yes;
+* ``get_future()`` (DDP's reducer, comm hooks): a callback on that future marks it;
+* the wrapper being dropped while the real work is already done.
+
+Hanging a callback on *every* future would make the backend's worker thread take the
+GIL after each op; the wrapper avoids that for everything but future users. It holds
+the real work, which the caller holds anyway; the recorder holds only the entry.
+C++ callers get the wrapper through torch's ``PyWorkHolder``, which keeps it alive.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -51,6 +59,15 @@ class TrackedWork(dist.Work):
             self._done()
         return done
 
+    def get_future(self) -> Any:
+        """The real work's future, with a completion callback for the recorder."""
+        fut = self._work.get_future()
+        entry = self._entry
+        if entry is not None:
+            self._entry = None
+            fut.add_done_callback(partial(self._recorder._on_future_cb, entry))
+        return fut
+
     def is_success(self) -> bool:
         """Forwarded to the real work."""
         return self._work.is_success()
@@ -74,15 +91,35 @@ class TrackedWork(dist.Work):
         """Forwarded to the real work."""
         self._work.synchronize()
 
-    def get_future(self) -> Any:
-        """Forwarded to the real work (raises where the backend has no future)."""
-        return self._work.get_future()
-
     def block_current_stream(self) -> None:
         """Forwarded to the real work."""
         self._work.block_current_stream()
+
+    def get_future_result(self) -> Any:
+        """Forwarded to the real work."""
+        return self._work.get_future_result()
+
+    def _get_duration(self) -> float:
+        return self._work._get_duration()
+
+    def _get_op_type(self) -> Any:
+        return self._work._get_op_type()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_work") or name in ("_entry", "_recorder"):
             raise AttributeError(name)
         return getattr(self._work, name)
+
+    def __del__(self) -> None:
+        entry = self.__dict__.get("_entry")
+        if entry is None:
+            return
+        try:
+            done = self._work.is_completed()
+            if not done:
+                # Some backends (fake) only complete the future.
+                done = self._work.get_future().done()
+            if done:
+                self._done()
+        except Exception:
+            pass

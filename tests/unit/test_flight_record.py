@@ -182,11 +182,11 @@ def test_a_million_collectives_keep_memory_flat(tmp_path, fake_pg):
         pg = dist.group.WORLD
         t = [torch.ones(4)]
         for _ in range(100_000):
-            pg.allreduce(t)
+            pg.allreduce(t).wait()
         gc.collect()
         before = _rss_bytes()
         for _ in range(900_000):
-            pg.allreduce(t)
+            pg.allreduce(t).wait()
         gc.collect()
         after = _rss_bytes()
         rec = SLOT.rec
