@@ -51,11 +51,13 @@ def _nested(depth: int, fn):
     return _nested(depth - 1, fn)
 
 
-def _paired(iters: int, block: int, depth: int, op) -> tuple[float, float]:
+def _paired(iters: int, block: int, depth: int, op, busy_us: float = 0.0) -> tuple[float, float]:
     """Median op time with recording on and off, alternating blocks of ``block`` ops.
 
     Recording is switched by the recorder's own slot (the group stays the same object),
     so both halves see the same machine noise; every rank follows the same schedule.
+    With ``busy_us`` (the control) there is no recorder: the "on" half spins that many
+    microseconds of plain Python before each op instead.
     """
     from commscope.flight.recorder import SLOT
 
@@ -63,12 +65,18 @@ def _paired(iters: int, block: int, depth: int, op) -> tuple[float, float]:
     clock = time.perf_counter_ns
     on: list[int] = []
     off: list[int] = []
+    spin_ns = int(busy_us * 1000)
 
     def loop():
         for i in range(iters // block):
-            SLOT.rec, keep = (rec, on.append) if i % 2 == 0 else (None, off.append)
+            active = i % 2 == 0
+            SLOT.rec = rec if active else None
+            keep = on.append if active else off.append
             for _ in range(block):
                 s = clock()
+                if active and spin_ns:
+                    while clock() - s < spin_ns:
+                        pass
                 op()
                 keep(clock() - s)
 
@@ -77,7 +85,7 @@ def _paired(iters: int, block: int, depth: int, op) -> tuple[float, float]:
     return statistics.median(on) / 1e3, statistics.median(off) / 1e3
 
 
-def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
+def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn, busy_us=0.0):
     os.environ["TORCH_FR_BUFFER_SIZE"] = "2000" if mode == "native" else "0"
     torch.set_num_threads(1)
     if mode in ("ours", "paired"):
@@ -100,8 +108,8 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
     _nested(depth, lambda: loop(200))  # warm-up
     samples.clear()
     dist.barrier()
-    if mode == "paired":
-        result = _paired(iters, 20, depth, lambda: dist.all_reduce(t))
+    if mode in ("paired", "control"):
+        result = _paired(iters, 20, depth, lambda: dist.all_reduce(t), busy_us)
         dist.barrier()
         conn.send((result, []))
         conn.close()
@@ -128,7 +136,9 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn):
     os._exit(0)
 
 
-def gloo_round(mode: str, world: int, iters: int, depth: int, numel: int) -> tuple:
+def gloo_round(
+    mode: str, world: int, iters: int, depth: int, numel: int, busy_us: float = 0.0
+) -> tuple:
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
@@ -136,7 +146,8 @@ def gloo_round(mode: str, world: int, iters: int, depth: int, numel: int) -> tup
         for rank in range(world):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(
-                target=_gloo_child, args=(rank, world, mode, store, iters, depth, numel, child)
+                target=_gloo_child,
+                args=(rank, world, mode, store, iters, depth, numel, child, busy_us),
             )
             p.start()
             child.close()
@@ -145,7 +156,7 @@ def gloo_round(mode: str, world: int, iters: int, depth: int, numel: int) -> tup
         results = [pipe.recv() for pipe in pipes]
         for p in procs:
             p.join(30)
-    if mode == "paired":
+    if mode in ("paired", "control"):
         return results[0][0], []
     per_op = statistics.median(r[0] for r in results)
     return per_op, results[0][1]
@@ -211,15 +222,18 @@ def main() -> None:
             gloo[mode].append(per_op)
             if dump_ms:
                 dumps[mode].append(dump_ms)
-    paired = [
-        gloo_round("paired", args.ranks, 2 * args.iters, args.depth, args.numel)[0]
-        for _ in range(args.rounds)
-    ]
     fake: dict[str, list[float]] = {"none": [], "ours": []}
     for r in range(args.rounds):
         for mode in ("none", "ours") if r % 2 == 0 else ("ours", "none"):
             fake[mode].append(fake_round(mode, args.fake_iters, args.depth))
     fake_paired = [fake_round("paired", args.fake_iters, args.depth) for _ in range(args.rounds)]
+    f_add = statistics.median(x[0] - x[1] for x in fake_paired)
+    paired, control = [], []
+    for _ in range(args.rounds):
+        paired.append(gloo_round("paired", args.ranks, 2 * args.iters, args.depth, args.numel)[0])
+        control.append(
+            gloo_round("control", args.ranks, 2 * args.iters, args.depth, args.numel, f_add)[0]
+        )
 
     med = {m: statistics.median(v) for m, v in gloo.items()}
     fmed = {m: statistics.median(v) for m, v in fake.items()}
@@ -251,10 +265,21 @@ def main() -> None:
         f"  same job, recording switched on/off every 20 ops: on {p_on:.1f} us/op, "
         f"off {p_off:.1f} us/op, added {p_add:+.1f} us ({p_add / p_off:+.1%})"
     )
+    c_add = statistics.median(x[0] - x[1] for x in control)
+    c_off = statistics.median(x[1] for x in control)
+    print(
+        f"  control, no recorder: spinning {f_add:.1f} us of plain Python before each op "
+        f"adds {c_add:+.1f} us ({c_add / c_off:+.1%}) on this machine"
+    )
     added = fmed["ours"] - fmed["none"]
     print(
         f"fake backend (no communication): none {fmed['none']:.2f} us/op, "
         f"commscope {fmed['ours']:.2f} us/op, added {added:.2f} us per collective"
+    )
+    f_off = statistics.median(x[1] for x in fake_paired)
+    print(
+        f"  same process, recording on/off every 50 ops: added {f_add:.2f} us per "
+        f"collective (off {f_off:.2f} us/op)"
     )
     print(
         f"dump of a full 2000-entry ring: commscope {ours_dump:.1f} ms; PyTorch native "
@@ -269,6 +294,7 @@ def main() -> None:
                     "paired": paired,
                     "fake": fake,
                     "fake_paired": fake_paired,
+                    "control": control,
                     "dumps": dumps,
                     "args": vars(args),
                 },
