@@ -62,8 +62,13 @@ class Context:
         if seq < 0:
             op = next((o for o in d.p2p if o.index == index), None)
             what = f"{op.op} to/from rank {op.peer}" if op else "a p2p op"
-            return f"{what} in group {group}", frame
-        return f"{self.op_at(rank, group, seq)} of group {group}", frame
+            return f"{what} in {self.group_ref(group)}", frame
+        return f"{self.op_at(rank, group, seq)} of {self.group_ref(group)}", frame
+
+    def group_ref(self, group: str) -> str:
+        """``group 0`` or ``group mesh_dp (d876ba23)`` (see :meth:`Group.ref`)."""
+        g = self.groups.get(group)
+        return g.ref() if g is not None else f"group {group}"
 
     def where(self, rank: int, group: str, seq: int) -> str:
         """``make.py:12 in step`` for a record, or a note that no stack was recorded."""

@@ -8,7 +8,9 @@ Algorithm (:func:`diagnose`):
 2. Disagreements inside groups (:func:`commscope.analyze.mismatch.mismatch_findings`):
    op / order / size / dtype / skipped collective.
 3. The wait graph (:mod:`commscope.analyze.waits`): cycles across groups are reported
-   once each as ``cross_group_deadlock``.
+   once each as ``cross_group_deadlock``, unless the ranks outside the cycle show that
+   one link is a rank that skipped a collective and went on
+   (:mod:`commscope.analyze.skips`): then it is that rank's ``missing_rank``.
 4. ``crashed_rank``: an expected rank without any file, or with a stale one; the
    finding names the group and collective where the others stopped.
 5. ``missing_rank``: at a group's frontier, ranks that never issued the collective the
@@ -35,6 +37,7 @@ from commscope.analyze.context import Context
 from commscope.analyze.match import GroupView
 from commscope.analyze.mismatch import mismatch_findings, pending_mismatch_ranks
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
+from commscope.analyze.skips import find_skip, skip_finding
 from commscope.analyze.text import frame_text, ms, plural, ranks_phrase
 from commscope.analyze.timing import stale_dumps, stalled_findings, straggler_findings
 from commscope.analyze.waits import Wait, WaitGraph, build_waits, find_cycles, reaching
@@ -349,7 +352,9 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx))
     explained: set[int] = set()
     for cycle in find_cycles(graph):
-        findings.append(_cycle_finding(ctx, cycle, graph))
+        skip = find_skip(ctx, cycle)
+        findings.append(skip_finding(ctx, skip, cycle, graph) if skip
+                        else _cycle_finding(ctx, cycle, graph))
         explained.update(w.waiter for w in cycle)
     findings += _crash_findings(ctx, graph)
     findings += _frontier_findings(ctx, graph, explained)

@@ -36,7 +36,7 @@ from typing import Any
 
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.frames import FrameSource
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, Track
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, Track
 from commscope.analyze.text import rank_list
 
 __all__ = [
@@ -167,9 +167,8 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
             t = d.tracks[key]
             g = a.groups.get(key)
             tid = tids.get(key, len(tids) + 1)
-            desc = f" ({g.desc})" if g and g.desc else ""
             events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
-                           "args": {"name": f"group {key}{desc}"}})
+                           "args": {"name": _track_name(key, g)}})
             top = t.hi - flows_per_group
             for i, start, end, finished in _slices(t, horizon, max_per_track, raw):
                 seq = t.lo + i
@@ -207,6 +206,15 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     }
 
 
+def _track_name(key: str, g: Group | None) -> str:
+    """``group 0 (default_pg)``; ``group mesh_dp (d876ba23)`` for hash-named groups."""
+    if g is None:
+        return f"group {key}"
+    if g.short:
+        return g.ref()
+    return f"group {key} ({g.desc})" if g.desc else f"group {key}"
+
+
 def write_perfetto(a: Analysis, path: str | os.PathLike[str], **caps: int) -> None:
     """Write :func:`perfetto_trace` to ``path``."""
     _write(path, json.dumps(perfetto_trace(a, **caps), separators=(",", ":")))
@@ -230,7 +238,8 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
                 items.append([round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
                               f"{sig.op} #{seq}", int(not finished and (key, seq) in stuck)])
             if items:
-                lanes.append({"rank": r, "group": key, "items": items})
+                g = a.groups.get(key)
+                lanes.append({"rank": r, "group": g.display if g else key, "items": items})
     return {"span_us": round((horizon - t0) / 1e3, 1), "lanes": lanes}
 
 
@@ -241,7 +250,8 @@ def _group_table(a: Analysis) -> list[dict[str, Any]]:
         spans = list(v.spans.values())
         f = v.frontier
         rows.append({
-            "name": v.group.name, "desc": v.group.desc, "ranks": rank_list(v.group.ranks, 6),
+            "name": v.group.display, "full_name": v.group.name, "desc": v.group.desc,
+            "ranks": rank_list(v.group.ranks, 6),
             "membership": v.group.membership,
             "recorded": (f"#{min(lo for lo, _ in spans)}-#{max(hi for _, hi in spans)}"
                          if spans and max(hi for _, hi in spans) > 0 else ""),

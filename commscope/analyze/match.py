@@ -60,6 +60,8 @@ __all__ = [
     "P2PIssue",
     "expected_ranks",
     "build_groups",
+    "is_hash_name",
+    "short_names",
     "align_group",
     "align_all",
     "match_p2p",
@@ -185,6 +187,7 @@ def build_groups(load: LoadResult, world: list[int]) -> dict[str, Group]:
             configured.setdefault(name, {})[id(ranks)] = ranks
     hint = next((d.world_hint for _, d in sorted(load.dumps.items()) if d.world_hint), None)
     groups: dict[str, Group] = {}
+    shorts = short_names(set(recorded) | set(configured))
     for name in sorted(set(recorded) | set(configured)):
         counts = descs.get(name, Counter())
         desc = min(counts, key=lambda k: (-counts[k], k)) if counts else ""
@@ -199,8 +202,30 @@ def build_groups(load: LoadResult, world: list[int]) -> dict[str, Group]:
         else:
             how = "entries"
         groups[name] = Group(key=name, name=name, desc=desc, ranks=tuple(sorted(members)),
-                             membership=how)
+                             membership=how, short=shorts.get(name, ""))
     return groups
+
+
+def is_hash_name(name: str) -> bool:
+    """A 40-hex-digit sha1, as PyTorch names groups made with local synchronization."""
+    return len(name) == 40 and all(c in "0123456789abcdef" for c in name.lower())
+
+
+def short_names(names: Iterable[str], digits: int = 8) -> dict[str, str]:
+    """Hash name → its shortest prefix (``digits`` or more) no other name starts with."""
+    by_prefix: dict[str, list[str]] = {}
+    for n in set(names):
+        by_prefix.setdefault(n[:digits], []).append(n)
+    out: dict[str, str] = {}
+    for same in by_prefix.values():
+        for h in same:
+            if not is_hash_name(h):
+                continue
+            n = digits
+            while n < len(h) and any(x != h and x.startswith(h[:n]) for x in same):
+                n += 1
+            out[h] = h[:n]
+    return out
 
 
 # ------------------------------------------------------------------- alignment

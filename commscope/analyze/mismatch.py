@@ -9,6 +9,10 @@ Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequenc
    * the first ``k`` (2 to 8) are a permutation of the majority's, not equal, and the
      rest of what both recorded is equal: ``order_mismatch`` (later mismatches inside
      that window are part of it);
+   * both recorded as many collectives and the rest lines up unshifted (``c[s+k] ==
+     m[s+k]`` for ``k >= 1``): one call differs, go to step 3 (with the same op every
+     step a shift fits too, but a skipped or extra call leaves one side a record short
+     or over);
    * the culprit's collectives equal the majority's shifted by one (``c[s+k] ==
      m[s+k+1]``): the culprit **skipped** collective ``seq`` (``missing_rank``);
    * shifted the other way: it issued an **extra** collective (``op_mismatch``);
@@ -61,6 +65,8 @@ def _shape(ctx: Context, view: GroupView, m: Mismatch, culprit: int) -> tuple[st
     for k in range(2, min(overlap, _WINDOW) + 1):
         if sorted(c[:k]) == sorted(r[:k]) and c[:k] != r[:k] and c[k:overlap] == r[k:overlap]:
             return "order", k
+    if overlap >= 2 and cul_t.hi == ref_t.hi and c[1:overlap] == r[1:overlap]:
+        return "plain", 1  # as many records, the rest unshifted: one call differs
     n = min(len(c), len(r) - 1)
     if n >= 1 and c[:n] == r[1:n + 1]:
         return "skip", 1

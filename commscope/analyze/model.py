@@ -226,16 +226,36 @@ class Group:
     ranks: tuple[int, ...]
     membership: str
     """Where ``ranks`` came from: ``pg_config``, ``world`` or ``entries``."""
+    short: str = ""
+    """For a hash-named group (``new_group(..., use_local_synchronization=True)`` names
+    groups by a 40-hex-digit sha1): the shortest prefix, 8 digits or more, that no other
+    group of the job shares; ``""`` for other names."""
+
+    @property
+    def display(self) -> str:
+        """The name to show people: ``short`` for hash names, else ``name``."""
+        return self.short or self.name
 
     def label(self) -> str:
-        """``group 0 (default_pg, ranks 0-3)``."""
+        """``group 0 (default_pg, ranks 0-3)``; ``group mesh_dp (ranks 1, 3; d876ba23)``."""
         from commscope.analyze.text import rank_list
 
+        ranks = rank_list(self.ranks)
+        if self.short:
+            if self.desc and self.desc != "undefined":
+                return f"group {self.desc} (ranks {ranks}; {self.short})"
+            return f"group {self.short} (ranks {ranks})"
         desc = f"{self.desc}, " if self.desc and self.desc != self.name else ""
-        return f"group {self.name} ({desc}ranks {rank_list(self.ranks)})"
+        return f"group {self.name} ({desc}ranks {ranks})"
+
+    def ref(self) -> str:
+        """A short mention: ``group 0``; ``group mesh_dp (d876ba23)``."""
+        if self.short and self.desc and self.desc != "undefined":
+            return f"group {self.desc} ({self.short})"
+        return f"group {self.display}"
 
     def to_json(self) -> dict[str, Any]:
-        """The ``group`` object of the analysis JSON."""
+        """The ``group`` object of the analysis JSON (the full name)."""
         return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks)}
 
 

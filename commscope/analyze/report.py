@@ -57,7 +57,7 @@ def _group_rows(a: Analysis) -> list[str]:
             stops.append(f"no dump: {rank_list(v.nodump, 4)}")
         stop = "; ".join(stops) or "-"
         n_mis = len(v.mismatches) + v.more_mismatches
-        rows.append((g.name, g.desc or "-", rank_list(g.ranks, 3), recorded, str(v.checked),
+        rows.append((g.display, g.desc or "-", rank_list(g.ranks, 3), recorded, str(v.checked),
                      str(n_mis), stop))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     out = []

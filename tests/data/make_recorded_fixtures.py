@@ -28,6 +28,17 @@ Scenarios (3 ranks; "#k" is the collective_seq_id in the default group):
   rank 2 skips the last default-group all_reduce (#8).
 * ``p2p_unmatched``: after an all_reduce, rank 0 sends to rank 1, which never receives.
 * ``straggler``: 12 all_reduces with timing on; rank 2 sleeps 120 ms before each.
+
+On 4 ranks:
+
+* ``skipped_then_blocked`` (``commscope demo``'s story): a (2, 2) mesh (dp, tp) from
+  ``commscope.mesh`` (hash-named groups); each step one dp all_reduce, then an async
+  all_reduce and broadcast over the world. At the third step rank 3 skips its dp
+  all_reduce (#3 of mesh_dp [1, 3]) and waits in world all_reduce #5 for rank 1, which
+  waits for it in mesh_dp #3: a cycle whose cause is the skip (ranks 0, 2 did their
+  mesh_dp #3 before world #5).
+* ``dtype_mismatch_repeated``: the same [1] float all_reduce four times; rank 3 sends
+  int32 at the third (#3); everything completes.
 """
 
 from __future__ import annotations
@@ -228,6 +239,34 @@ def straggler(rank: int, world_size: int, out: str) -> None:
     os._exit(0)
 
 
+def skipped_then_blocked(rank: int, world_size: int, out: str) -> None:
+    _init(rank, world_size, out)
+    from commscope.mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp = mesh.get_group("dp")
+    grads, loss, lr = torch.ones(6), torch.ones(1), torch.ones(1)
+    for step in range(3):
+        if step == 2:
+            _leave_when_dumped(out, list(range(world_size)))
+        if not (rank == 3 and step == 2):
+            dist.all_reduce(grads, group=dp)  # dp #3: rank 3 skips it and goes on
+        works = [dist.all_reduce(loss, async_op=True), dist.broadcast(lr, 0, async_op=True)]
+        for work in works:
+            work.wait()
+    time.sleep(60)
+
+
+def dtype_mismatch_repeated(rank: int, world_size: int, out: str) -> None:
+    _init(rank, world_size, out)
+    for step in range(4):  # the same loss all_reduce every step; rank 3 sends int32 once
+        wrong = rank == 3 and step == 2
+        dist.all_reduce(torch.ones(1, dtype=torch.int32) if wrong else torch.ones(1))
+    flight.dump()
+    _wait_files(out, list(range(world_size)))
+    os._exit(0)
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
     "healthy": healthy,
     "missing_rank": missing_rank,
@@ -239,12 +278,18 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "truncated_history": truncated_history,
     "p2p_unmatched": p2p_unmatched,
     "straggler": straggler,
+    "skipped_then_blocked": skipped_then_blocked,
+    "dtype_mismatch_repeated": dtype_mismatch_repeated,
 }
+WORLD_SIZES = {"skipped_then_blocked": 4, "dtype_mismatch_repeated": 4}
+"""Scenarios that need more than the default 3 ranks."""
 
 
-def generate(name: str, scratch: Path, out: Path | None = None, world_size: int = 3) -> Path:
+def generate(name: str, scratch: Path, out: Path | None = None,
+             world_size: int | None = None) -> Path:
     """Run scenario ``name`` on real gloo ranks recorded by commscope.flight."""
     out = DATA / name if out is None else Path(out)
+    world_size = world_size or WORLD_SIZES.get(name, 3)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from commscope.analyze import analyze
+from tests.data import make_recorded_fixtures
 from tests.data.make_native_fixtures import generate
 
 pytestmark = pytest.mark.dist
@@ -22,3 +23,13 @@ def test_live_gloo_job_is_diagnosed(tmp_path, name, kind, culprits, seq):
     assert result.verdict == "hang"
     assert (root.kind, root.culprit_ranks, root.collective_seq_id) == (kind, culprits, seq)
     assert result.unreadable == []
+
+
+def test_live_skip_then_block_is_the_skipping_rank(tmp_path):
+    # commscope demo's story on a (2, 2) mesh, recorded by commscope.flight
+    out = make_recorded_fixtures.generate("skipped_then_blocked", tmp_path / "scratch",
+                                          tmp_path / "skipped")
+    result = analyze(out)
+    root = result.findings[0]
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [3], [1])
+    assert (root.group.desc, root.group.ranks, root.collective_seq_id) == ("mesh_dp", (1, 3), 3)

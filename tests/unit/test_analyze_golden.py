@@ -164,6 +164,12 @@ RECORDED = {
     "truncated_history": ("hang", "missing_rank", [2], [0, 1], "0", "default_pg", [0, 1, 2], 8),
     "p2p_unmatched": ("hang", "p2p_unmatched", [1], [0], "0", "default_pg", [0, 1, 2], None),
     "straggler": ("healthy", "straggler", [2], [], "0", "default_pg", [0, 1, 2], 12),
+    # commscope demo's story: rank 3 skips mesh_dp #3 and blocks in the world's #5
+    "skipped_then_blocked": ("hang", "missing_rank", [3], [1],
+                             "d876ba237e5099dbfad9b1471bd79bb9a4de2974", "mesh_dp", [1, 3], 3),
+    # the same all_reduce every step: rank 3's int32 one is not an "extra" call
+    "dtype_mismatch_repeated": ("desync", "dtype_mismatch", [3], [], "0", "default_pg",
+                                [0, 1, 2, 3], 3),
 }
 
 
