@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commscope.comm import registry, snapshot
 from commscope.comm.counts import CommCounts
-from commscope.comm.modules import CHECKPOINTING, ModuleRecord, ModuleTracker
+from commscope.comm.modules import BACKWARD, CHECKPOINTING, ModuleRecord, ModuleTracker
 from commscope.comm.trace import CollectiveRecord, CommTrace
 
 __all__ = ["CommDebugMode"]
@@ -41,6 +41,7 @@ __all__ = ["CommDebugMode"]
 logger = logging.getLogger(__name__)
 
 _graph_task_id = torch._C._current_graph_task_id
+_current_node = torch._C._current_autograd_node
 _fake_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _HOP = object()
@@ -168,10 +169,20 @@ class CommDebugMode(TorchDispatchMode):
             rec = tracker.top
             phase = tracker.top_phase
         else:
-            rec, phase = tracker.backward_owner()
+            node = _current_node()
+            if node is tracker.last_node and node is not None and not tracker.stack:
+                rec = tracker.last_owner
+                phase = BACKWARD
+            else:
+                rec, phase = tracker.backward_owner(node)
         if DTensor in types:
             if self.record_ops:
-                rec.ops.append((func, phase, _dtensor_info(args, tracker.meshes)))
+                specs = [a._spec for a in args if type(a) is DTensor or isinstance(a, DTensor)]
+                if specs:
+                    mesh = specs[-1].mesh
+                    if mesh is not tracker.last_mesh:
+                        tracker.last_mesh = tracker.meshes[id(mesh)] = mesh
+                rec.ops.append((func, phase, specs))
             return NotImplemented
         out = call(*args, **kwargs) if kwargs else call(*args)
         if cls is not None:
@@ -337,20 +348,6 @@ def _unwrap_dispatch(cls: type) -> None:
 
 
 _unwrap_dispatch(CommDebugMode)
-
-
-def _dtensor_info(args: Any, meshes: dict[int, Any]) -> tuple[list[Any], list[Any], Any]:
-    shapes = []
-    placements = []
-    mesh = None
-    for arg in args:
-        if type(arg) is DTensor or isinstance(arg, DTensor):
-            shapes.append(arg.shape)
-            placements.append(arg.placements)
-            mesh = arg.device_mesh
-    if mesh is not None:
-        meshes[id(mesh)] = mesh
-    return shapes, placements, mesh
 
 
 def _rank_and_world() -> tuple[int | None, int | None]:

@@ -41,6 +41,7 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
+from torch.utils.hooks import RemovableHandle
 
 from commscope.comm.counts import CommCounts
 
@@ -92,7 +93,9 @@ class ModuleRecord:
     params: list[tuple[str, Any]] = field(default_factory=list)
     """Direct parameters ``(name, parameter)`` (``recurse=False``)."""
     ops: list[tuple[Any, int, Any]] = field(default_factory=list)
-    """Ops run here: ``(op overload, phase code, DTensor info or None)``."""
+    """Ops run here: ``(op overload, phase code, specs)``; ``specs`` lists the
+    ``DTensorSpec`` of each positional DTensor argument of a DTensor-level op (shape,
+    placements, mesh, read when a report is made), ``None`` for a plain op."""
     counts: tuple[CommCounts, CommCounts, CommCounts] | None = None
     """Collective counts per :data:`COUNT_PHASES`, this module and its descendants
     (``None`` until the first one; see :meth:`phase_counts`)."""
@@ -118,6 +121,7 @@ class ModuleTracker:
         # WeakKeyDictionary lookup builds a weak reference every time.
         self._names: dict[int, list[Any]] = {}
         self._handles: list[Any] = []
+        self._direct: list[tuple[dict[int, Any], dict[int, bool], int]] = []
         self.active = False
         self._used = False
         self.reset()
@@ -130,16 +134,17 @@ class ModuleTracker:
         self.records: dict[str, ModuleRecord] = {"Global": self.global_record}
         self._by_module: dict[Any, ModuleRecord] = {}
         self._local: set[Any] = set()
-        self._stack: list[tuple[ModuleRecord, bool]] = []
+        self.stack: list[tuple[ModuleRecord, bool]] = []
         self.top: ModuleRecord = self.global_record
         self.top_phase = FORWARD
         self._global_phase = FORWARD
         self._bp_seq: list[int] = []
         self._bp_owner: list[ModuleRecord] = []
         self._param_owner: dict[int, ModuleRecord] = {}
-        self._last_node: Any = None
-        self._last_owner: ModuleRecord = self.global_record
+        self.last_node: Any = None
+        self.last_owner: ModuleRecord = self.global_record
         self.meshes: dict[int, Any] = {}
+        self.last_mesh: Any = None
 
     def enter(self) -> None:
         """Start tracking: install the global forward hooks."""
@@ -155,17 +160,38 @@ class ModuleTracker:
         self._mark(self.global_record)
         self.active = True
 
+    def _add_local_hook(self, mod: Any) -> None:
+        """``mod.register_forward_hook(self._local_post_hook, always_call=True)``, without
+        building a ``RemovableHandle`` (a few microseconds per module and per block):
+        the hook goes straight into the module's hook dicts under a fresh handle id and
+        comes out again in :meth:`exit`. Falls back to the public call if the module does
+        not keep its hooks the way ``torch.nn.Module`` 2.x does."""
+        hooks = mod.__dict__.get("_forward_hooks")
+        always = mod.__dict__.get("_forward_hooks_always_called")
+        if not isinstance(hooks, dict) or not isinstance(always, dict):
+            self._handles.append(mod.register_forward_hook(self._local_post_hook, always_call=True))
+            return
+        hook_id = RemovableHandle.next_id
+        RemovableHandle.next_id += 1
+        hooks[hook_id] = self._local_post_hook
+        always[hook_id] = True
+        self._direct.append((hooks, always, hook_id))
+
     def exit(self) -> None:
         """Stop tracking: remove every hook, drop module references, keep the records."""
         self.active = False
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for hooks, always, hook_id in self._direct:
+            hooks.pop(hook_id, None)
+            always.pop(hook_id, None)
+        self._direct = []
         self._by_module = {}
         self._local = set()
-        self._stack = []
+        self.stack = []
         self.top = self.global_record
-        self._last_node = None
+        self.last_node = None
 
     # ------------------------------------------------------------------ naming
 
@@ -189,7 +215,11 @@ class ModuleTracker:
             entry = self._set_name(mod, type(mod).__name__)
         name = entry[1]
         if not entry[2]:
-            for child_name, child in mod.named_children():
+            seen: set[int] = set()
+            for child_name, child in mod._modules.items():  # named_children(), faster
+                if child is None or id(child) in seen:
+                    continue
+                seen.add(id(child))
                 self._set_name(child, f"{name}.{child_name}")
                 self._name(child)
             entry[2] = True
@@ -207,10 +237,10 @@ class ModuleTracker:
         fqn = entry[1] if entry is not None and entry[2] else self._name(mod)
         rec = self.records.get(fqn)
         if rec is None:
-            parent = self._stack[-1][0] if self._stack else self.global_record
+            parent = self.stack[-1][0] if self.stack else self.global_record
             rec = ModuleRecord(
                 fqn=fqn,
-                depth=len(self._stack) + 1,
+                depth=len(self.stack) + 1,
                 module_type=_type_name(type(mod)),
                 parent=parent,
                 ancestors=(parent, *parent.ancestors),
@@ -234,9 +264,9 @@ class ModuleTracker:
             # The module has forward hooks of its own (TP's output redistribution, FSDP's
             # reshard): pop only after them, from a hook registered after theirs.
             self._local.add(mod)
-            self._handles.append(mod.register_forward_hook(self._local_post_hook, always_call=True))
+            self._add_local_hook(mod)
         recompute = _graph_task_id() != -1
-        self._stack.append((rec, recompute))
+        self.stack.append((rec, recompute))
         self.top = rec
         if recompute:
             self.top_phase = CHECKPOINTING
@@ -254,7 +284,7 @@ class ModuleTracker:
 
     def _pop(self, mod: Any) -> None:
         rec = self._by_module.get(mod)
-        stack = self._stack
+        stack = self.stack
         if stack and stack[-1][0] is rec:
             stack.pop()
         else:
@@ -284,25 +314,28 @@ class ModuleTracker:
 
     # ------------------------------------------------------------------ lookups
 
-    def backward_owner(self) -> tuple[ModuleRecord, int]:
-        """The module and phase of an op running while the autograd engine runs."""
-        stack = self._stack
+    def backward_owner(self, node: Any) -> tuple[ModuleRecord, int]:
+        """The module and phase of an op running while the autograd engine runs.
+
+        ``node`` is ``torch._C._current_autograd_node()``; the dispatch hook answers the
+        common case (same node as the previous op, no recompute) without calling this.
+        """
+        stack = self.stack
         if stack:
             rec, recompute = stack[-1]
             if recompute:
                 return rec, CHECKPOINTING
         else:
             self._global_phase = self.top_phase = AFTER_BACKWARD
-        node = _current_node()
         if node is None:
             # An engine callback at the end of backward (FSDP2 reduce-scatters the first
             # layer's gradients there): charge the module whose node ran last.
-            return self._last_owner, BACKWARD
-        if node is self._last_node:
-            return self._last_owner, BACKWARD
+            return self.last_owner, BACKWARD
+        if node is self.last_node:
+            return self.last_owner, BACKWARD
         owner = self._owner_of(node)
-        self._last_node = node
-        self._last_owner = owner
+        self.last_node = node
+        self.last_owner = owner
         return owner, BACKWARD
 
     def _owner_of(self, node: Any) -> ModuleRecord:
@@ -311,7 +344,7 @@ class ModuleTracker:
             # AccumulateGrad: the parameter's module; a parameter we never saw (FSDP2's
             # unsharded ones) follows the node that produced its gradient, run just before.
             variable = getattr(node, "variable", None)
-            return self._param_owner.get(id(variable), self._last_owner)
+            return self._param_owner.get(id(variable), self.last_owner)
         i = bisect_right(self._bp_seq, seq) - 1
         return self._bp_owner[i] if i >= 0 else self.global_record
 
@@ -324,18 +357,18 @@ class ModuleTracker:
     def name(self) -> str:
         """FQN of the module ops are charged to right now."""
         if _graph_task_id() != -1 and self.active:
-            return self.backward_owner()[0].fqn
+            return self.backward_owner(_current_node())[0].fqn
         return self.top.fqn
 
     @property
     def parents(self) -> set[str]:
         """FQNs of the modules whose forward is running, plus ``"Global"``."""
-        return {"Global", *(rec.fqn for rec, _ in self._stack)}
+        return {"Global", *(rec.fqn for rec, _ in self.stack)}
 
     @property
     def activation_checkpointing(self) -> bool:
         """True while a forward is recomputed inside backward."""
-        return bool(self._stack) and self._stack[-1][1]
+        return bool(self.stack) and self.stack[-1][1]
 
     # ------------------------------------------------------- PyTorch's attributes
 

@@ -157,11 +157,10 @@ def build_trace(
         }
         for func, phase, info in rec.ops:
             entry = OpEntry(name=text(func), phase=PHASE_NAMES[phase])
-            if info is not None:
-                shapes, placements, mesh = info
-                entry.input_shape = [str(s) for s in shapes]
-                entry.input_sharding = [str(p) for p in placements]
-                entry.device_mesh = "" if mesh is None else text(mesh)
+            if info:
+                entry.input_shape = [str(spec.shape) for spec in info]
+                entry.input_sharding = [str(spec.placements) for spec in info]
+                entry.device_mesh = text(info[-1].mesh)
             n.ops.append(entry)
         n.children = [node(by_fqn[child]) for child in rec.children]
         return n
@@ -185,13 +184,13 @@ def operation_dicts(tracker: ModuleTracker) -> dict[str, dict[str, list[dict[str
             continue
         ops = []
         for func, phase, info in rec.ops:
-            shapes, placements, mesh = info if info is not None else ([], [], None)
+            specs = info or ()
             ops.append(
                 {
                     "name": func,
-                    "input_shape": list(shapes),
-                    "input_sharding": list(placements),
-                    "device_mesh": "" if mesh is None else str(mesh),
+                    "input_shape": [spec.shape for spec in specs],
+                    "input_sharding": [spec.placements for spec in specs],
+                    "device_mesh": str(specs[-1].mesh) if specs else "",
                     "is_bw": phase in (1, CHECKPOINTING),
                     "is_activation_checkpointing": phase == CHECKPOINTING,
                 }

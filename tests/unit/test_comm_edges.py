@@ -75,7 +75,11 @@ def _hook_snapshot(model: nn.Module):
         len(nn_module._global_forward_hooks),
         len(nn_module._global_backward_pre_hooks),
         len(nn_module._global_backward_hooks),
-        [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()],
+        len(nn_module._global_forward_hooks_always_called),
+        [
+            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._forward_hooks_always_called))
+            for m in model.modules()
+        ],
     )
 
 
@@ -412,3 +416,27 @@ def test_torch_compile_inside_the_mode(world):
     assert cm.get_comm_counts() == {torch.ops.c10d_functional.all_reduce: 1}
     assert out.shape == (4,)
     torch._dynamo.reset()
+
+
+def test_a_modules_own_forward_hooks_count_for_it(world):
+    # TP redistributes outputs in the module's own forward hooks, which run after the
+    # global ones: they still belong to the module, and our hook after them goes away.
+    lin = nn.Linear(4, 4)
+    lin.register_forward_hook(lambda m, a, out: funcol.all_reduce(out, "sum", dist.group.WORLD))
+    model = nn.Sequential(lin, nn.ReLU())
+    before = _hook_snapshot(model)
+    with CommDebugMode() as cm:
+        model(torch.randn(2, 4))
+        model(torch.randn(2, 4))
+    assert cm.comm_module_counts["Sequential.0"]["forward"]["all_reduce"] == 2
+    assert _hook_snapshot(model) == before
+
+    def boom(m, a, out):
+        raise RuntimeError("hook failed")
+
+    handle = lin.register_forward_hook(boom)
+    before = _hook_snapshot(model)
+    with pytest.raises(RuntimeError, match="hook failed"), CommDebugMode():
+        model(torch.randn(2, 4))
+    assert _hook_snapshot(model) == before
+    handle.remove()
