@@ -4,7 +4,7 @@
 the watchdog looks at. The recording process group (:mod:`commscope.flight.backend`)
 calls :meth:`Recorder.begin` before handing a call to the real backend and
 :meth:`Recorder.issued` with the backend's work afterwards. Completion is learnt without
-keeping the work or its tensors:
+keeping tensors alive (NCCL works excepted, see below):
 
 * gloo and most backends: the work goes back to the caller wrapped in a
   :class:`~commscope.flight.work.TrackedWork`; its ``wait()`` (what eager calls, FSDP
@@ -14,7 +14,8 @@ keeping the work or its tensors:
   costs two thread switches per collective (measured: +40-60 µs per gloo all_reduce
   on a busy 2-core box, against +6 µs for the wrapper);
 * NCCL/XCCL futures complete at enqueue (CUDA futures), so their works are polled with
-  ``is_completed()`` by the watchdog until done, then released.
+  ``is_completed()`` by the watchdog until done, then released (NCCL's own watchdog
+  holds them that long too).
 
 Nothing here ever raises into the caller: the first internal failure is logged with
 its traceback and recording stops (``active`` becomes False); the job goes on.

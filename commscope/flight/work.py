@@ -29,6 +29,8 @@ __all__ = ["TrackedWork"]
 class TrackedWork(dist.Work):
     """Forward everything to ``work``; report completion of ``entry`` to ``recorder``."""
 
+    __slots__ = ("_entry", "_recorder", "_work")
+
     def __init__(self, work: Any, entry: Any, recorder: Any) -> None:
         super().__init__()
         self._work = work
@@ -111,7 +113,7 @@ class TrackedWork(dist.Work):
         return getattr(self._work, name)
 
     def __del__(self) -> None:
-        entry = self.__dict__.get("_entry")
+        entry = getattr(self, "_entry", None)
         if entry is None:
             return
         try:
