@@ -177,7 +177,10 @@ class CommDebugMode(TorchDispatchMode):
                 rec, phase = tracker.backward_owner(node)
         if DTensor in types:
             if self.record_ops:
-                specs = [a._spec for a in args if type(a) is DTensor or isinstance(a, DTensor)]
+                specs = []
+                for a in args:  # a loop: a comprehension costs a frame per op
+                    if type(a) is DTensor or isinstance(a, DTensor):
+                        specs.append(a._spec)
                 if specs:
                     mesh = specs[-1].mesh
                     if mesh is not tracker.last_mesh:
