@@ -26,7 +26,7 @@ from array import array
 from collections import Counter
 from dataclasses import replace
 from itertools import compress, islice, repeat
-from operator import add, and_, lt, not_
+from operator import add, lt
 from typing import Any
 
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
@@ -243,7 +243,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
                 created=cols[R_CREATED][i], index=i,
             ))
     seqs = cols[R_SEQ]
-    for i in compress(range(n), map(not_, map(and_, status, repeat(_DONE)))):
+    for i in _unfinished(status):
         p2p = is_p2p is not None and is_p2p[i]
         dump.pending.append((names[i], -1 if p2p else seqs[i], i))
     last_p2p = is_p2p is not None and is_p2p[-1]
@@ -251,6 +251,20 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     dump.first_record_id = cols[R_RECORD][0]
     dump.first_created_ns = cols[R_CREATED][0]
     dump.wrapped = cols[R_RECORD][0] > 0
+
+
+_PENDING_TABLE = bytes(0 if b & _DONE else 1 for b in range(256))
+
+
+def _unfinished(status: list[int]) -> list[int]:
+    """Positions whose status has no done bit (usually a handful, at the end)."""
+    flags = bytes(status).translate(_PENDING_TABLE)  # statuses are 0..7
+    out = []
+    i = flags.find(1)
+    while i >= 0:
+        out.append(i)
+        i = flags.find(1, i + 1)
+    return out
 
 
 def _renumber(dump: RankDump, kept: list[int]) -> None:

@@ -254,7 +254,7 @@ def _iter_loaded(
         for item in files:
             yield _load_chunk([item])
         return
-    chunk = max(1, min(32, len(files) // (jobs * 8) or 1))
+    chunk = max(1, min(16, len(files) // (jobs * 16) or 1))  # a short tail at the end
     chunks = [files[i:i + chunk] for i in range(0, len(files), chunk)]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
@@ -291,7 +291,7 @@ def load_dumps(
     table = SigTable()
     unreadable: list[Unreadable] = []
     by_rank: dict[int, list[RankDump]] = {}
-    rank_lists: dict[tuple[int, ...], tuple[int, ...]] = {}
+    rank_lists: dict[Any, Any] = {}
     done = 0
     if progress:
         progress(0, len(files))
@@ -329,12 +329,23 @@ def load_dumps(
     return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root)
 
 
-def _share_ranks(dump: RankDump, seen: dict[tuple[int, ...], tuple[int, ...]]) -> None:
+def _share_ranks(dump: RankDump, seen: dict[Any, Any]) -> None:
     """One tuple object per distinct rank list: worker processes send copies, and 4 096
-    ranks x the default group's 4 096 ranks would otherwise cost gigabytes."""
-    dump.config = {k: seen.setdefault(v, v) for k, v in dump.config.items()}
+    ranks x the default group's 4 096 ranks would otherwise cost gigabytes. A worker's
+    batch carries one object for all its dumps: known objects are found by identity
+    (kept alive in ``seen``, so an id is never reused) before hashing 4 096 ranks."""
+
+    def shared(v: tuple[int, ...]) -> tuple[int, ...]:
+        hit = seen.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        canonical = seen.setdefault(v, v)
+        seen[id(v)] = (v, canonical)
+        return canonical
+
+    dump.config = {k: shared(v) for k, v in dump.config.items()}
     if dump.world_hint is not None:
-        dump.world_hint = seen.setdefault(dump.world_hint, dump.world_hint)
+        dump.world_hint = shared(dump.world_hint)
 
 
 def _partial_text(dump: RankDump) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -75,31 +76,34 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
     if not rows:
         return [[] for _ in range(18)]
     cols: list[Any] = list(zip(*rows))
+    del rows
     try:
-        for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ, R_CREATED):
-            if set(map(type, cols[i])) != _INT:
-                return None
-        for i in (R_RECORD, R_PGID, R_SEQ, R_P2PSEQ):  # created: its own array checks
-            array("q", cols[i])  # OverflowError beyond 64 bits
+        ints = chain(cols[R_RECORD], cols[R_PGID], cols[R_SEQ], cols[R_P2PSEQ], cols[R_CREATED])
+        if set(map(type, ints)) != _INT:
+            return None
+        # 64-bit range, all four at once (created: its own array checks)
+        array("q", chain(cols[R_RECORD], cols[R_PGID], cols[R_SEQ], cols[R_P2PSEQ]))
         if min(cols[R_SEQ]) < 0:
             return None
-        for i in (R_TSTART, R_TDONE):
-            types = set(map(type, cols[i]))
-            if not types <= _INT_NONE:
+        times = set(map(type, chain(cols[R_TSTART], cols[R_TDONE])))
+        if not times <= _INT_NONE:
+            return None
+        if int in times:
+            array("q", filter(None, chain(cols[R_TSTART], cols[R_TDONE])))
+        if set(map(type, cols[R_NAME])) != _STR or not set(cols[R_STATE]) <= _STATES:
+            return None
+        if not set(map(type, chain(cols[R_RETIRED], cols[R_ISP2P]))) <= _BOOL:
+            return None
+        try:
+            groups = set(cols[R_PG])
+        except TypeError:  # lists (JSON): make them tuples
+            if not set(map(type, cols[R_PG])) <= {tuple, list}:
                 return None
-            if int in types:
-                array("q", filter(None, cols[i]))
-        if set(map(type, cols[R_NAME])) != _STR or not set(map(type, cols[R_RETIRED])) <= _BOOL:
-            return None
-        if not set(map(type, cols[R_ISP2P])) <= _BOOL or not set(cols[R_STATE]) <= _STATES:
-            return None
-        pg_types = set(map(type, cols[R_PG]))
-        if not pg_types <= {tuple, list}:
-            return None
-        if list in pg_types:
             cols[R_PG] = list(map(tuple, cols[R_PG]))
-        for pg in set(cols[R_PG]):
-            if len(pg) != 2 or type(pg[0]) is not str or type(pg[1]) is not str:
+            groups = set(cols[R_PG])
+        for pg in groups:
+            if type(pg) is not tuple or len(pg) != 2 or type(pg[0]) is not str \
+                    or type(pg[1]) is not str:
                 return None
     except (TypeError, ValueError, OverflowError):
         return None

@@ -25,6 +25,7 @@ looks the same.
 from __future__ import annotations
 
 import statistics
+from array import array
 
 from commscope.analyze.context import Context
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
@@ -52,25 +53,28 @@ def straggler_findings(
         span = max(8, min(window, budget // len(ranks)))  # bounded work on huge jobs
         lo = max(t.lo for t in tracks)  # type: ignore[union-attr]
         hi = min(t.hi for t in tracks)  # type: ignore[union-attr]
-        bad = {m.seq for m in view.mismatches}
+        start = max(lo, hi - span + 1)
+        if hi < start:
+            continue
+        skip = {m.seq - start for m in view.mismatches if start <= m.seq <= hi}
+        columns = []
+        for t in tracks:
+            a, b = start - t.lo, hi + 1 - t.lo  # type: ignore[union-attr]
+            created = t.created[a:b]  # type: ignore[union-attr]
+            skip.update(_unusable(t.sig[a:b], t.status[a:b], created))  # type: ignore[union-attr]
+            columns.append(created)
         last_count: dict[int, int] = {}
         lags: dict[int, list[int]] = {}
         samples = 0
-        for seq in range(hi, max(lo, hi - span + 1) - 1, -1):
-            if seq in bad:
+        top = len(ranks) - 1
+        for pos, arrivals in enumerate(zip(*columns)):  # one tuple per collective, C-level
+            if pos in skip:
                 continue
-            arrivals = []
-            for r, t in zip(ranks, tracks):
-                i = seq - t.lo  # type: ignore[union-attr]
-                if t.sig[i] == GAP or not t.status[i] & _DONE or t.created[i] <= 0:  # type: ignore[union-attr]
-                    break
-                arrivals.append((t.created[i], r))  # type: ignore[union-attr]
-            else:
-                samples += 1
-                first = min(arrivals)[0]
-                when, last = max(arrivals)
-                last_count[last] = last_count.get(last, 0) + 1
-                lags.setdefault(last, []).append(when - first)
+            samples += 1
+            when = max(arrivals)
+            last = ranks[top - arrivals[::-1].index(when)]  # the highest rank on a tie
+            last_count[last] = last_count.get(last, 0) + 1
+            lags.setdefault(last, []).append(when - min(arrivals))
         if samples < _MIN_SAMPLES or not last_count:
             continue
         rank = min(last_count, key=lambda r: (-last_count[r], r))
@@ -93,6 +97,22 @@ def straggler_findings(
             details={"lag_ns": lag, "samples": samples, "last": last_count[rank]},
         ))
     return findings
+
+
+_DONE_TABLE = bytes(1 if (b - 256 if b > 127 else b) & _DONE else 0 for b in range(256))
+
+
+def _unusable(sig: array, status: array, created: array) -> set[int]:
+    """Positions of a window that cannot be timed: a gap, unfinished, or no timestamp."""
+    out: set[int] = set()
+    if GAP in sig:
+        out.update(i for i, s in enumerate(sig) if s == GAP)
+    done = status.tobytes().translate(_DONE_TABLE)
+    if 0 in done:
+        out.update(i for i, d in enumerate(done) if not d)
+    if min(created, default=1) <= 0:
+        out.update(i for i, c in enumerate(created) if c <= 0)
+    return out
 
 
 def stale_dumps(ctx: Context, stale_s: float = 30.0) -> dict[int, int]:
