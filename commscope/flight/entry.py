@@ -161,7 +161,8 @@ def entry_to_dict(
     """The entry as a plain dict in PyTorch's field order, ready for pickle or JSON.
 
     ``duration_ms`` is present only when it was measured (timing on, work completed),
-    as in PyTorch's dumps.
+    as in PyTorch's dumps. ``failed`` (ours) is true for a collective that ended with an
+    error: it is retired but not completed.
     """
     cache: FrameCache = {} if frame_cache is None else frame_cache
     out: dict[str, Any] = {
@@ -188,6 +189,7 @@ def entry_to_dict(
         "thread_id": entry.thread_id,
         "peer": entry.peer,
         "mesh_axis": entry.mesh_axis,
+        "failed": entry.failed,
     }
     if entry.duration_ms is not None:
         out["duration_ms"] = entry.duration_ms

@@ -285,40 +285,32 @@ class Recorder:
         except Exception:
             self.complete(e, failed=True)
             return
-        try:
-            if e.state == COMPLETED:
-                return
-            e.time_discovered_completed_ns = time_ns()
-            if self._timing:
-                e.duration_ms = (perf_counter_ns() - e.start_perf_ns) / 1e6
-            e.state = COMPLETED
-            e.retired = True
-            self.pending.pop(e.record_id, None)
-            if not e.is_p2p:
-                info = e.group
-                if e.collective_seq_id > info.last_completed:
-                    info.last_completed = e.collective_seq_id
-        except Exception as exc:
-            self.fail(exc)
+        self.complete(e)
 
     def complete(self, e: Entry, failed: bool = False) -> None:
-        """Mark an entry completed (retired), successfully or not."""
+        """Retire an entry: completed, or (``failed``) ended with an error.
+
+        A failed collective (a timeout, a dead peer) is retired but not completed, as
+        NCCL's recorder reports an aborted one: its ``state`` stays where it was, it
+        gets no ``duration_ms``, and ``failed`` is set in the dump.
+        """
         try:
-            if e.state == COMPLETED:
+            if e.retired:
+                return
+            e.retired = True
+            self.pending.pop(e.record_id, None)
+            if failed:
+                e.failed = True
+                self.failed_collectives += 1
                 return
             e.time_discovered_completed_ns = time_ns()
             if self._timing and e.state == STARTED:
                 e.duration_ms = (perf_counter_ns() - e.start_perf_ns) / 1e6
             e.state = COMPLETED
-            e.retired = True
-            self.pending.pop(e.record_id, None)
             if not e.is_p2p:
                 info = e.group
                 if e.collective_seq_id > info.last_completed:
                     info.last_completed = e.collective_seq_id
-            if failed:
-                e.failed = True
-                self.failed_collectives += 1
         except Exception as exc:
             self.fail(exc)
 

@@ -6,7 +6,8 @@ The watchdog wakes every ``poll_interval_s`` (0.5 s by default) and
 2. looks for entries pending longer than the timeout (``enable(timeout_s=)``,
    ``COMMSCOPE_FR_TIMEOUT_S``, else the group's own timeout); on a new one it dumps
    (reason ``"timeout"``) and posts a dump request in the job's store;
-3. dumps once after a collective completed with an error (``"collective error"``);
+3. dumps after a collective ended with an error (a gloo timeout, a dead peer:
+   ``"collective error"``) and posts a dump request, as for a timeout;
 4. reads the store: a request posted by any rank makes this rank dump too
    (``"request from rank R"``) — within one poll interval, so well under 2 s —
    unless it dumped in the last 5 s itself (two ranks timing out together).
@@ -178,6 +179,7 @@ class Watchdog:
             if now - self._last_error_dump > _ERROR_DUMP_INTERVAL_S:
                 self._last_error_dump = now
                 self._safe_dump("collective error")
+                self._post_request("collective error")
         self._check_requests()
 
     def _safe_dump(self, reason: str) -> str | None:
@@ -361,6 +363,7 @@ class Watchdog:
 
     def _excepthook(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._safe_dump("exception")
+        self._post_request("exception")
         hook = self._prev_excepthook or sys.__excepthook__
         hook(exc_type, exc, tb)
 
