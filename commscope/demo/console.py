@@ -36,7 +36,7 @@ class Console:
         """Print one line (or several) as they are."""
         self.end_progress()
         if self._rich is not None:
-            self._rich.print(text, markup=False)
+            self._rich.print(text, markup=False, soft_wrap=True)
         else:
             print(text, file=self.stream, flush=True)
 
