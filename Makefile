@@ -37,8 +37,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 bench: $(STAMP)
-	$(PY) bench/mesh_plan.py
-	$(PY) bench/mesh_init.py
+	OMP_NUM_THREADS=1 $(PY) bench/mesh_plan.py
+	OMP_NUM_THREADS=1 $(PY) bench/mesh_init.py
+	OMP_NUM_THREADS=1 $(PY) bench/comm_overhead.py
+	OMP_NUM_THREADS=1 $(PY) bench/flight_overhead.py
+	OMP_NUM_THREADS=1 $(PY) bench/analyze_scale.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

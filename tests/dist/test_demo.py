@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +14,7 @@ pytestmark = pytest.mark.dist
 
 
 def _demo(tmp_path, *args):
-    out = tmp_path / "demo"
+    out = tmp_path / "commscope_demo"  # the default name, as in the README
     proc = subprocess.run(
         [sys.executable, "-m", "commscope", "demo", "--out", str(out), *args],
         capture_output=True,
@@ -52,3 +54,22 @@ def test_demo_default_fault_is_the_skipped_dp_all_reduce(tmp_path):
     assert analysis["verdict"] == "hang"
     assert root["group"]["desc"] == "mesh_dp" and root["group"]["ranks"] == [1, 3]
     assert root["culprit_ranks"] == [3] and root["waiting_ranks"] == [1]
+
+
+def _normalized(text: str, out: str) -> list[str]:
+    """Demo output without what changes from run to run (paths, timings, progress)."""
+    lines = []
+    for line in text.replace(out, "<out>").splitlines():
+        if re.match(r"\s+\d+ s: dumps from ranks", line) or line.startswith("analyzed in "):
+            continue
+        lines.append(re.sub(r" \(\d+\.\d s\)$", "", line.rstrip()))
+    return lines
+
+
+def test_readme_shows_what_the_demo_prints(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("$ commscope demo\n", 1)[1].split("```", 1)[0]
+    pasted_out = re.search(r"output folder: (\S+)", block).group(1)
+    proc, out = _demo(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _normalized(proc.stdout, str(out)) == _normalized(block, pasted_out)
