@@ -20,5 +20,6 @@ t = pickle.loads(
         include_collectives=True, include_stack_traces=True, only_active=False
     )
 )
-print(t["version"], list(t["pg_config"]), t["pg_status"], t["entries"][-1]["profiling_name"])
+last = t["entries"][-1]["profiling_name"]
+print(f"{t['version']} rank {dist.get_rank()}: {list(t['pg_config'])} {t['pg_status']} {last}")
 dist.destroy_process_group()
