@@ -175,7 +175,8 @@ def _crash_findings(ctx: Context, graph: WaitGraph) -> list[Finding]:
         front = sorted(r for r, (_, hi) in view.spans.items() if hi == seq)
         sig = ctx.sig(front[0], key, seq) if front else None
         unfinished = [r for r in front if not _status(ctx, r, key, seq) & _DONE]
-        state = ("still wait in it" if unfinished else
+        state = (("still waits in it" if len(unfinished) == 1 else "still wait in it")
+                 if unfinished else
                  "recorded it as finished (gloo also retires a collective that failed because "
                  "a peer died)")
         where = frame_text(ctx.frame_at(front[0], key, seq)) if front else "no stack recorded"
@@ -231,7 +232,8 @@ def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> l
         activity, frame = ctx.last_activity(culprits[0])
         who = ranks_phrase(culprits)
         if f.waiting:
-            wait_text = f"which {ranks_phrase(f.waiting)} wait in"
+            verb = "waits" if len(f.waiting) == 1 else "wait"
+            wait_text = f"which {ranks_phrase(f.waiting)} {verb} in"
         else:
             wait_text = (f"which {ranks_phrase(f.have)} recorded as finished (so {who}'s dump "
                          "may be older than theirs, or the collective failed)")

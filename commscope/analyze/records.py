@@ -12,6 +12,11 @@ Algorithm (:func:`record_columns`):
    (older schemas: ``seq_id``, ``sizes``, no ``retired``); each kind of problem is
    counted and reported once per file.
 
+3. **Failed collectives** (commscope dumps): a record with ``failed: true`` ended with
+   an error (a gloo timeout, a dead peer). It is retired but did not complete, as
+   NCCL reports an aborted work, so it counts as not finished: the rank was blocked in
+   it until it failed.
+
 Either way the result is 18 columns indexed by the ``R_*`` constants. On the fast path
 the ``duration_ms`` and ``peer`` columns are ``None``: the analysis does not need the
 first, and reads the second for p2p records only.
@@ -44,6 +49,11 @@ _FAST_KEYS = (
 (R_RECORD, R_PGID, R_PG, R_SEQ, R_P2PSEQ, R_NAME, R_CREATED, R_IN, R_IDT, R_OUT, R_ODT,
  R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER) = range(18)
 _fast_get = itemgetter(*_FAST_KEYS)
+
+
+def _failed_flag(e: dict[str, Any]) -> bool:
+    return e.get("failed") is True
+
 _INT = {int}
 _INT_NONE = {int, type(None)}
 _NUM_NONE = {int, float, type(None)}
@@ -161,6 +171,8 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
     if type(retired) is not bool:
         problems[f"retired is {short(retired)}, expected true/false"] += 1
         retired = state == "completed"
+    if e.get("failed") is True:  # ended with an error: retired, never finished
+        retired = False
     is_p2p = e.get("is_p2p", False)
     if type(is_p2p) is not bool:
         problems[f"is_p2p is {short(is_p2p)}, expected true/false"] += 1
@@ -208,6 +220,9 @@ def record_columns(
     ``problems``."""
     cols = _fast_columns(entries)
     if cols is not None:
+        failed = list(map(_failed_flag, entries))
+        if any(failed):
+            cols[R_RETIRED] = [r and not f for r, f in zip(cols[R_RETIRED], failed)]
         return cols, None
     cols, kept = _slow_columns(entries, problems)
     return cols, (None if len(kept) == len(entries) else kept)

@@ -8,6 +8,7 @@ on-demand call has a public form with the same three options; `commscope analyze
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -119,9 +120,18 @@ def test_hung_job_dumps_every_rank_and_analyze_names_the_rank(tmp_path):
     text = out.read_text()
     assert "missing_rank" in text and "Rank 1" in text
     assert "tutorial_flight_recorder_hang.py" in text  # the culprit's own frame
-    # the positional form says the same
-    proc = _commscope("analyze", str(traces), cwd=tmp_path)
-    assert "missing_rank" in proc.stdout
+    # the positional form says the same; rank 0's all_reduce ended in gloo's timeout, which
+    # is a hang, not a collective that completed
+    proc = _commscope("analyze", str(traces), "--json", cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "hang"
+    root = result["findings"][0]
+    assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
+        "missing_rank",
+        [1],
+        [0],
+    )
+    assert root["collective_seq_id"] == 4
 
 
 def test_on_demand_dump_has_the_tutorials_three_options(tmp_path):
