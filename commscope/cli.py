@@ -58,7 +58,13 @@ def _add_mesh(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_mesh(args: argparse.Namespace) -> int:
-    from commscope.mesh.plan import format_plan, plan_mesh, plan_to_json
+    from commscope.mesh.plan import (
+        AXIS_COLUMNS,
+        format_plan,
+        plan_mesh,
+        plan_parts,
+        plan_to_json,
+    )
 
     shape = _int_list(args.shape, "--shape")
     names = _name_list(args.names, "--names") if args.names else None
@@ -72,7 +78,16 @@ def _run_mesh(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    print(plan_to_json(plan) if args.json else format_plan(plan))
+    from commscope.console import Console, use_rich
+
+    if args.json or not use_rich(sys.stdout):
+        print(plan_to_json(plan) if args.json else format_plan(plan))
+        return 0
+    heading, rows, rest = plan_parts(plan)  # a terminal: the axis table drawn by rich
+    con = Console(sys.stdout)
+    con.line("\n".join(heading))
+    con.table(AXIS_COLUMNS, rows)
+    con.line("\n".join(rest))
     return 0
 
 

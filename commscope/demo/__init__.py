@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from commscope.demo.console import Console
+from commscope.console import Console
 from commscope.demo.launch import LocalJob
 from commscope.demo.story import (
     EXPECTED,

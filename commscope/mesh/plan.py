@@ -15,7 +15,16 @@ from dataclasses import asdict, dataclass
 from commscope.mesh.layout import MeshLayout
 from commscope.mesh.topology import axis_locality, fast_axis_warnings, host_of
 
-__all__ = ["MeshPlan", "AxisPlan", "plan_mesh", "format_plan", "plan_to_json", "format_ranks"]
+__all__ = [
+    "AXIS_COLUMNS",
+    "AxisPlan",
+    "MeshPlan",
+    "format_plan",
+    "format_ranks",
+    "plan_mesh",
+    "plan_parts",
+    "plan_to_json",
+]
 
 DEFAULT_RANKS_PER_HOST = 8
 
@@ -129,38 +138,45 @@ def format_ranks(ranks: Sequence[int], limit: int = 8) -> str:
     return f"[{head}, ..., {ranks[-1]}] ({detail})"
 
 
-def format_plan(plan: MeshPlan) -> str:
-    """The plan as text for a terminal."""
+AXIS_COLUMNS = ["axis", "size", "groups", "stride", "locality"]
+"""Header of the plan's axis table."""
+
+
+def plan_parts(plan: MeshPlan) -> tuple[list[str], list[list[str]], list[str]]:
+    """The plan as (heading lines, axis-table rows under :data:`AXIS_COLUMNS`, the rest),
+    for a caller that draws the table itself."""
     dims = ", ".join(f"{n}={s}" for n, s in zip(plan.names, plan.shape))
-    lines = [
+    heading = [
         f"mesh ({dims}) over {plan.world_size} ranks, "
         f"{plan.num_hosts} host{'s' if plan.num_hosts != 1 else ''} of {plan.ranks_per_host} ranks",
-        "",
     ]
+    rows = [[a.name, str(a.size), str(a.num_groups), str(a.stride), a.locality] for a in plan.axes]
     width = max(4, *(len(a.name) for a in plan.axes))
-    lines.append(f"  {'axis':<{width}}  {'size':>6}  {'groups':>7}  {'stride':>7}  locality")
-    for a in plan.axes:
-        lines.append(
-            f"  {a.name:<{width}}  {a.size:>6}  {a.num_groups:>7}  {a.stride:>7}  {a.locality}"
-        )
     coord = ", ".join(f"{n}={c}" for n, c in zip(plan.names, plan.coordinate))
-    lines += [
-        "",
+    rest = [
         f"rank {plan.rank}: coordinate ({coord}), host {plan.host} "
         f"(local rank {plan.rank % plan.ranks_per_host})",
-    ]
-    for a in plan.axes:
-        lines.append(f"  {a.name:<{width}}  group {format_ranks(a.group_of_rank)}")
-    lines += [
+        *(f"  {a.name:<{width}}  group {format_ranks(a.group_of_rank)}" for a in plan.axes),
         "",
         "process groups each rank creates:",
         f"  commscope: {plan.groups_per_rank_commscope} (only its own, created by their members)",
         f"  torch init_device_mesh: {plan.new_group_calls_per_rank_torch} new_group calls "
         "(every group of every axis, on every rank)",
+        *(f"warning: {w}" for w in plan.warnings),
     ]
-    for w in plan.warnings:
-        lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    return heading, rows, rest
+
+
+def format_plan(plan: MeshPlan) -> str:
+    """The plan as plain text."""
+    heading, rows, rest = plan_parts(plan)
+    width = max(4, *(len(r[0]) for r in rows))
+    table = [f"  {'axis':<{width}}  {'size':>6}  {'groups':>7}  {'stride':>7}  locality"]
+    table += [
+        f"  {name:<{width}}  {size:>6}  {groups:>7}  {stride:>7}  {locality}"
+        for name, size, groups, stride, locality in rows
+    ]
+    return "\n".join([*heading, "", *table, "", *rest])
 
 
 def plan_to_json(plan: MeshPlan) -> str:

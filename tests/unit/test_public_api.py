@@ -15,6 +15,12 @@ PUBLIC_MODULES = [
     "commscope.mesh.topology",
     "commscope.mesh.plan",
     "commscope.mesh.device_mesh",
+    "commscope.comm",
+    "commscope.flight",
+    "commscope.analyze",
+    "commscope.console",
+    "commscope.demo",
+    "commscope.cli",
 ]
 
 
