@@ -27,7 +27,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from commscope.analyze.model import COMPLETED, STARTED
@@ -48,11 +48,20 @@ _FAST_KEYS = (
 )
 (R_RECORD, R_PGID, R_PG, R_SEQ, R_P2PSEQ, R_NAME, R_CREATED, R_IN, R_IDT, R_OUT, R_ODT,
  R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER) = range(18)
-_fast_get = itemgetter(*_FAST_KEYS)
+_FIELD_GETTERS = tuple(itemgetter(key) for key in _FAST_KEYS)
+_get_failed = itemgetter("failed")
+_get_failed_or_none = methodcaller("get", "failed")
 
 
-def _failed_flag(e: dict[str, Any]) -> bool:
-    return e.get("failed") is True
+def _failed_column(entries: list[Any]) -> list[Any] | None:
+    """Each record's ``failed`` flag (commscope dumps), or ``None`` when no record failed."""
+    if not isinstance(entries[0], dict) or "failed" not in entries[0]:
+        return None  # PyTorch's native dumps have no such field
+    try:
+        flags = list(map(_get_failed, entries))
+    except (KeyError, TypeError):
+        flags = list(map(_get_failed_or_none, entries))
+    return flags if True in flags else None
 
 _INT = {int}
 _INT_NONE = {int, type(None)}
@@ -79,14 +88,14 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
     Integers too large for 64 bits pass here and make the caller fall back to the slow
     path when its ``array`` conversion overflows.
     """
+    if not entries:
+        return [[] for _ in range(18)]
     try:
-        rows = list(map(_fast_get, entries))
+        # One C-level pass per field: cheaper than building a tuple per record and
+        # transposing them.
+        cols: list[Any] = [list(map(get, entries)) for get in _FIELD_GETTERS]
     except (KeyError, TypeError, IndexError, AttributeError):
         return None
-    if not rows:
-        return [[] for _ in range(18)]
-    cols: list[Any] = list(zip(*rows))
-    del rows
     try:
         ints = chain(cols[R_RECORD], cols[R_PGID], cols[R_SEQ], cols[R_P2PSEQ], cols[R_CREATED])
         if set(map(type, ints)) != _INT:
@@ -220,9 +229,9 @@ def record_columns(
     ``problems``."""
     cols = _fast_columns(entries)
     if cols is not None:
-        failed = list(map(_failed_flag, entries))
-        if any(failed):
-            cols[R_RETIRED] = [r and not f for r, f in zip(cols[R_RETIRED], failed)]
+        failed = _failed_column(entries) if entries else None
+        if failed is not None:
+            cols[R_RETIRED] = [r and f is not True for r, f in zip(cols[R_RETIRED], failed)]
         return cols, None
     cols, kept = _slow_columns(entries, problems)
     return cols, (None if len(kept) == len(entries) else kept)
