@@ -273,6 +273,8 @@ def html_report(a: Analysis, title: str | None = None) -> str:
         "analysis": a.to_json(),
         "kinds": [f.kind for f in a.findings],
         "blocking": [f.blocking for f in a.findings],
+        # hash-named groups (member-only creation) shown by their short name
+        "group_labels": [f.group.display if f.group else None for f in a.findings],
         "groups": _group_table(a),
         "timeline": timeline_data(a),
         "source": a.load.root,

@@ -63,7 +63,10 @@
       item.appendChild(el("span", { "class": "kind" + (data.blocking[i] ? " blocking" : "") }, f.kind));
       item.appendChild(el("span", { "class": "message" }, f.message));
       var facts = [];
-      if (f.group) { facts.push("group " + f.group.name + (f.group.desc ? " (" + f.group.desc + ")" : "")); }
+      if (f.group) {
+        var label = (data.group_labels && data.group_labels[i]) || f.group.name;
+        facts.push("group " + label + (f.group.desc ? " (" + f.group.desc + ")" : ""));
+      }
       if (f.collective_seq_id !== null) { facts.push("#" + f.collective_seq_id); }
       if (f.op) { facts.push(f.op); }
       if (f.culprit_ranks.length) { facts.push("culprits " + rankText(f.culprit_ranks)); }
