@@ -95,7 +95,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    from commscope.demo.story import FAULTS
+    from commscope.demo.faults import FAULTS
 
     p = sub.add_parser(
         "demo",
@@ -127,7 +127,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from commscope.demo import run_demo
+    from commscope.demo.run import run_demo
 
     if args.ranks < 4 or args.ranks % 2:
         raise UsageError(f"--ranks must be an even number >= 4, got {args.ranks}")

@@ -25,23 +25,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from commscope.demo.faults import FAULT_RANK, FAULT_STEP, STEPS
 from commscope.demo.launch import RankContext
 
-__all__ = ["FAULTS", "EXPECTED", "FAULT_RANK", "FAULT_STEP", "STEPS", "enable_recorder", "story"]
-
-FAULTS = ("missing", "size", "dtype", "order", "crash", "none")
-EXPECTED = {
-    "missing": ("missing_rank",),
-    "size": ("size_mismatch",),
-    "dtype": ("dtype_mismatch",),
-    "order": ("order_mismatch", "cross_group_deadlock"),
-    "crash": ("crashed_rank",),
-    "none": ("healthy",),
-}
-"""Finding kinds that count as naming each fault correctly (root cause first)."""
-FAULT_RANK = 3
-FAULT_STEP = 2
-STEPS = 4
+__all__ = ["MLPModule", "enable_recorder", "story"]
 
 
 def enable_recorder(traces: str, timeout_s: float) -> Any:
@@ -56,24 +45,19 @@ def enable_recorder(traces: str, timeout_s: float) -> Any:
     return setup
 
 
-def _mlp() -> Any:
-    import torch
-    from torch import nn
+class MLPModule(torch.nn.Module):
+    """The CommDebugMode tutorial's MLP: 10 → 16 → 10 (``net1``, ``relu``, ``net2``)."""
 
-    class MLPModule(nn.Module):
-        """The tutorial's MLP: 10 → 16 → 10."""
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.net1 = torch.nn.Linear(10, 16)
+        self.relu = torch.nn.ReLU()
+        self.net2 = torch.nn.Linear(16, 10)
 
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(5)
-            self.net1 = nn.Linear(10, 16)
-            self.relu = nn.ReLU()
-            self.net2 = nn.Linear(16, 10)
-
-        def forward(self, x: Any) -> Any:
-            return self.net2(self.relu(self.net1(x)))
-
-    return MLPModule()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``net2(relu(net1(x)))``."""
+        return self.net2(self.relu(self.net1(x)))
 
 
 def _step_mesh(ctx: RankContext) -> Any:
@@ -178,7 +162,7 @@ def story(ctx: RankContext, fault: str, out_dir: str) -> str:
         )
 
         model = parallelize_module(
-            _mlp(), mesh["tp"], {"net1": ColwiseParallel(), "net2": RowwiseParallel()}
+            MLPModule(), mesh["tp"], {"net1": ColwiseParallel(), "net2": RowwiseParallel()}
         )
         _step_comm(ctx, mesh, model, out)
         _train(ctx, mesh, model, fault)

@@ -69,3 +69,20 @@ def test_planning_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert "rank 5: coordinate (dp=1, tp=1)" in out.stdout
+
+
+def test_cli_without_torch_for_analyze_and_mesh():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data" / "missing_rank"
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from commscope.cli import main\n"
+        f"assert main(['analyze', {str(data)!r}]) == 0\n"
+        "assert main(['mesh', '--shape', '2,4']) == 0\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "missing_rank" in proc.stdout
