@@ -82,6 +82,9 @@ def run_analyze(
     with progress_bar() as progress:
         result = analyze(folder, prefix=prefix, world_size=world_size, jobs=jobs,
                          progress=progress, straggler_ms=straggler_ms)
+    if os.path.isfile(folder) and not result.load.dumps and result.unreadable:
+        # One file given, and it is not a dump: a usage error, not an analysis.
+        raise ValueError(f"{folder}: {result.unreadable[0].error}")
     want_json = as_json or bool(output and output.endswith(".json"))
     text = (json.dumps(result.to_json(), indent=2) + "\n") if want_json else format_report(
         result, folder)

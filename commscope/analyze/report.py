@@ -35,6 +35,13 @@ def _sources(a: Analysis) -> str:
     return "; ".join(parts) or "no readable dump"
 
 
+def _shown_path(path: str, root: str | None) -> str:
+    """A file's path relative to the analysed folder (itself when a file was given)."""
+    if not root or os.path.isfile(root):
+        return path
+    return os.path.relpath(path, root)
+
+
 def _wrap(text: str, first: str, rest: str) -> list[str]:
     return textwrap.wrap(text, _WIDTH, initial_indent=first, subsequent_indent=rest) or [first]
 
@@ -88,7 +95,7 @@ def format_report(a: Analysis, source: str | None = None) -> str:
     if a.unreadable:
         lines.append("files not used as they are:")
         for u in a.unreadable[:_MAX_FILES]:
-            lines += _wrap(f"{os.path.relpath(u.file, a.load.root or '.')}: {u.error}",
+            lines += _wrap(f"{_shown_path(u.file, a.load.root)}: {u.error}",
                            "  ", "    ")
         if len(a.unreadable) > _MAX_FILES:
             lines.append(f"  ... and {len(a.unreadable) - _MAX_FILES} more (see --json)")

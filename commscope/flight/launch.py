@@ -8,6 +8,7 @@ works as usual, including ``-m MODULE`` to run a module instead of a script.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ def torchrun_command(argv: Sequence[str], python: str | None = None) -> list[str
         raise ValueError(f"no script given; {_USAGE}")
     if getattr(parsed, "no_python", False):
         raise ValueError("--no-python cannot be recorded: commscope run needs a Python script")
+    if not getattr(parsed, "module", False) and not os.path.isfile(parsed.training_script):
+        raise ValueError(f"no such script: {parsed.training_script}")
     script_args = list(parsed.training_script_args)
     split = len(argv) - len(script_args) - 1
     options = [a for a in argv[:split] if a not in ("-m", "--module", "--run-path")]

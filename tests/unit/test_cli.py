@@ -79,3 +79,23 @@ def test_help_shows_an_example(capsys):
     with pytest.raises(SystemExit):
         main(["mesh", "--help"])
     assert "example:\n  commscope mesh --world 16384" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["analyze", "/nonexistent-folder"], "does not exist"),
+        (["analyze", "/etc/hostname"], "/etc/hostname: not a flight-recorder dump"),
+        (["view", "/etc/hostname"], "cannot read /etc/hostname as JSON"),
+        (["run", "/nonexistent-script.py"], "no such script: /nonexistent-script.py"),
+        (["demo", "--ranks", "3"], "--ranks must be an even number >= 4"),
+        (["demo", "--fault", "bogus"], "invalid choice: 'bogus'"),
+    ],
+)
+def test_other_commands_bad_input_is_one_line_and_exit_2(argv, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "commscope", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
