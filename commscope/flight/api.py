@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -39,6 +40,19 @@ class _State:
 
 _state = _State()
 _fork_hook_installed = False
+_exit_hook_installed = False
+
+
+def _stop_watchdog_at_exit() -> None:
+    # A watchdog thread still inside a store call while the interpreter tears down the
+    # C++ objects it uses ends in "terminate called without an active exception"
+    # (SIGABRT, seen after a user's SIGTERM handler calls sys.exit). Stop it first.
+    dog = _state.watchdog
+    if dog is not None:
+        try:
+            dog.stop()
+        except Exception:
+            pass
 
 
 def _after_fork_in_child() -> None:
@@ -124,10 +138,13 @@ def enable(
         _state.recorder, _state.dumper, _state.watchdog = rec, dumper, dog
         _install.install()
         SLOT.rec = rec
-        global _fork_hook_installed
+        global _fork_hook_installed, _exit_hook_installed
         if not _fork_hook_installed:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _fork_hook_installed = True
+        if not _exit_hook_installed:
+            atexit.register(_stop_watchdog_at_exit)
+            _exit_hook_installed = True
         dog.start()
     return cfg
 
