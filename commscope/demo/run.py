@@ -1,17 +1,6 @@
-"""Run ``commscope demo`` and print what it shows (the parent side of the demo).
-
-1. 4 ranks (gloo, forked, no network) build a ``(2, 2)`` mesh ``("dp", "tp")``;
-2. a tensor-parallel MLP runs forward and backward under ``CommDebugMode``: the level-0
-   table, a JSON dump and the offline viewer;
-3. a few training steps run with the flight recorder on, then rank 3 injects a fault;
-4. the watchdog sees the hang and every rank dumps (or, for faults that do not hang,
-   every rank dumps at the end);
-5. ``analyze`` reads the dumps and says what went wrong; it writes a Perfetto timeline
-   and an HTML report;
-6. the files written, and what to open them with.
-
-Exit code 0 when the diagnosis names the injected fault (so CI can run the demo).
-"""
+"""The parent side of ``commscope demo``: launch the ranks, print each step as it
+happens, wait for the dumps, analyze them, list the files (steps: see
+:mod:`commscope.demo`). Exit code 0 when the diagnosis names the injected fault."""
 
 from __future__ import annotations
 
