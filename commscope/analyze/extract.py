@@ -35,6 +35,7 @@ from commscope.analyze.records import (
     R_IDT,
     R_IN,
     R_ISP2P,
+    R_KEY,
     R_NAME,
     R_ODT,
     R_OUT,
@@ -190,11 +191,13 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     dump.sig_keys, dump.local_sigs = [], []
     if n == 0:
         return
-    fields = (cols[R_NAME], cols[R_IN], cols[R_OUT], cols[R_IDT], cols[R_ODT])
-    try:
-        keys = list(map(marshal.dumps, zip(*fields), repeat(2)))
-    except (ValueError, TypeError, RecursionError):
-        keys = [_safe_key(*v) for v in zip(*fields)]
+    keys = cols[R_KEY]
+    if keys is None:  # the slow path: keys from the checked signature columns
+        fields = (cols[R_NAME], cols[R_IN], cols[R_OUT], cols[R_IDT], cols[R_ODT])
+        try:
+            keys = list(map(marshal.dumps, zip(*fields), repeat(2)))
+        except (ValueError, TypeError, RecursionError):
+            keys = [_safe_key(*v) for v in zip(*fields)]
     uniq = dict.fromkeys(keys)
     local = {k: i for i, k in enumerate(uniq)}
     sid = list(map(local.__getitem__, keys))
@@ -321,8 +324,10 @@ def _track(idx: list[int] | None, cols: list[Any], sid: list[int], status: list[
     seqs = seq_col if idx is None else list(map(seq_col.__getitem__, idx))
     if seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
         if idx is None:
+            created = cols[R_CREATED]
             return Track(lo=seqs[0], sig=array("l", sid), status=array("b", status),
-                         created=array("q", cols[R_CREATED]), index=array("l", range(len(sid))))
+                         created=created if type(created) is array else array("q", created),
+                         index=range(len(sid)))
         return Track(
             lo=seqs[0], sig=array("l", map(sid.__getitem__, idx)),
             status=array("b", map(status.__getitem__, idx)),

@@ -247,6 +247,16 @@ def _default_jobs(n_files: int) -> int:
     return max(1, min(cpus, 8))
 
 
+def _chunks(files: Sequence[Any], jobs: int) -> list[Sequence[Any]]:
+    """Split ``files`` into work units: big ones first (fewer round trips), then single
+    files, so that no worker is left with a long chunk while the others are idle."""
+    big = max(1, min(16, len(files) // (jobs * 8)))
+    tail = min(len(files), jobs * 4)
+    head = len(files) - tail
+    out = [files[i:min(i + big, head)] for i in range(0, head, big)]
+    return out + [files[i:i + 1] for i in range(head, len(files))]
+
+
 def _iter_loaded(
     files: Sequence[tuple[str, int | None]], jobs: int
 ) -> Iterable[list[RankDump | Unreadable]]:
@@ -254,8 +264,7 @@ def _iter_loaded(
         for item in files:
             yield _load_chunk([item])
         return
-    chunk = max(1, min(16, len(files) // (jobs * 16) or 1))  # a short tail at the end
-    chunks = [files[i:i + chunk] for i in range(0, len(files), chunk)]
+    chunks = _chunks(files, jobs)
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
     with ctx.Pool(jobs) as pool:

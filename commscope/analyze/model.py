@@ -120,8 +120,9 @@ class Track:
     """Bits ``RETIRED | STARTED | COMPLETED`` (``array('b')``)."""
     created: array
     """``time_created_ns`` (``array('q')``)."""
-    index: array
-    """Position of the (first) record in the rank's ``entries`` list (``array('l')``)."""
+    index: array | range
+    """Position of the (first) record in the rank's ``entries`` list (``array('l')``, or
+    a ``range`` when the track is the whole file in order)."""
     mk: array | None = None
     """Match-key ids, filled in after loading (``array('l')``)."""
 

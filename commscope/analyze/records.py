@@ -2,11 +2,12 @@
 
 Algorithm (:func:`record_columns`):
 
-1. **Fast path**: pull the 16 fields every 2.x record has with one C-level
-   ``itemgetter`` pass, transpose into columns, and check each column's set of types
-   at once (``set(map(type, column))``) and the range of its integers. Any surprise
-   sends the whole file to step 2; nothing is trusted on the fast path that was not
-   checked.
+1. **Fast path**: pull the 16 fields every 2.x record has with two C-level
+   ``itemgetter`` passes: one turns the five signature fields (name, sizes, dtypes)
+   straight into a ``marshal`` key per record, the other is transposed into columns.
+   Each column's set of types is checked at once (``set(map(type, column))``) and the
+   range of its integers by ``array`` conversion. Any surprise sends the whole file to
+   step 2; nothing is trusted on the fast path that was not checked.
 2. **Slow path**: check record by record. A record without a usable sequence number,
    group or profiling name is dropped; a bad optional field falls back to its default
    (older schemas: ``seq_id``, ``sizes``, no ``retired``); each kind of problem is
@@ -17,16 +18,19 @@ Algorithm (:func:`record_columns`):
    NCCL reports an aborted work, so it counts as not finished: the rank was blocked in
    it until it failed.
 
-Either way the result is 18 columns indexed by the ``R_*`` constants. On the fast path
-the ``duration_ms`` and ``peer`` columns are ``None``: the analysis does not need the
-first, and reads the second for p2p records only.
+Either way the result is 19 columns indexed by the ``R_*`` constants. On the fast path
+the ``duration_ms`` and ``peer`` columns are ``None`` (the analysis does not need the
+first, and reads the second for p2p records only), the five signature columns are
+``None`` and ``R_KEY`` holds the signature keys; on the slow path ``R_KEY`` is ``None``
+and the caller makes the keys from the signature columns.
 """
 
 from __future__ import annotations
 
+import marshal
 from array import array
 from collections import Counter
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
@@ -36,19 +40,19 @@ __all__ = [
     "STATE_BITS", "record_columns", "slow_columns", "short",
     "R_RECORD", "R_PGID", "R_PG", "R_SEQ", "R_P2PSEQ", "R_NAME", "R_CREATED", "R_IN",
     "R_IDT", "R_OUT", "R_ODT", "R_STATE", "R_RETIRED", "R_ISP2P", "R_TSTART", "R_TDONE",
-    "R_DUR", "R_PEER",
+    "R_DUR", "R_PEER", "R_KEY",
 ]
 
 STATE_BITS = {"scheduled": 0, "started": STARTED, "completed": STARTED | COMPLETED}
-_FAST_KEYS = (
-    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id",
-    "profiling_name", "time_created_ns", "input_sizes", "input_dtypes", "output_sizes",
-    "output_dtypes", "state", "retired", "is_p2p", "time_discovered_started_ns",
-    "time_discovered_completed_ns",
-)
 (R_RECORD, R_PGID, R_PG, R_SEQ, R_P2PSEQ, R_NAME, R_CREATED, R_IN, R_IDT, R_OUT, R_ODT,
- R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER) = range(18)
-_FIELD_GETTERS = tuple(itemgetter(key) for key in _FAST_KEYS)
+ R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER, R_KEY) = range(19)
+_N_COLS = 19
+_get_sig_fields = itemgetter(
+    "profiling_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
+_get_other_fields = itemgetter(
+    "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
+    "process_group", "state", "retired", "is_p2p", "time_discovered_started_ns",
+    "time_discovered_completed_ns")
 _get_failed = itemgetter("failed")
 _get_failed_or_none = methodcaller("get", "failed")
 
@@ -66,7 +70,7 @@ def _failed_column(entries: list[Any]) -> list[Any] | None:
 _INT = {int}
 _INT_NONE = {int, type(None)}
 _NUM_NONE = {int, float, type(None)}
-_STR = {str}
+_NONE = type(None)
 _BOOL = {bool}
 _STATES = set(STATE_BITS)
 _I64 = 2**63 - 1
@@ -83,51 +87,66 @@ def short(value: Any, limit: int = 40) -> str:
 
 
 def _fast_columns(entries: list[Any]) -> list[Any] | None:
-    """All 18 columns when every record is well formed, else ``None`` (see module doc).
+    """All columns when every record is well formed, else ``None`` (see module doc).
 
-    Integers too large for 64 bits pass here and make the caller fall back to the slow
-    path when its ``array`` conversion overflows.
+    The fast path never builds the five signature columns: ``R_KEY`` holds each record's
+    signature key (``marshal`` of name, sizes and dtypes, made straight from the record)
+    and ``R_NAME`` .. ``R_ODT`` are ``None``. Every field is still type- and range-checked:
+    types a whole column at a time, 64-bit ranges by ``array`` conversion (whose
+    ``OverflowError`` sends the file to the slow path).
     """
     if not entries:
-        return [[] for _ in range(18)]
+        cols: list[Any] = [[] for _ in range(_N_COLS)]
+        cols[R_KEY] = []
+        return cols
     try:
-        # One C-level pass per field: cheaper than building a tuple per record and
-        # transposing them.
-        cols: list[Any] = [list(map(get, entries)) for get in _FIELD_GETTERS]
-    except (KeyError, TypeError, IndexError, AttributeError):
-        return None
+        keys = list(map(marshal.dumps, map(_get_sig_fields, entries), repeat(2)))
+        (record, pg_id, seq, p2p_seq, created, pg, state, retired, is_p2p, t_start,
+         t_done) = zip(*map(_get_other_fields, entries))
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+        return None  # a missing field, a non-dict record, or sizes marshal cannot write
     try:
-        ints = chain(cols[R_RECORD], cols[R_PGID], cols[R_SEQ], cols[R_P2PSEQ], cols[R_CREATED])
-        if set(map(type, ints)) != _INT:
+        if set(map(type, chain(record, pg_id, seq, p2p_seq, created))) != _INT:
             return None
-        # 64-bit range, all four at once (created: its own array checks)
-        array("q", chain(cols[R_RECORD], cols[R_PGID], cols[R_SEQ], cols[R_P2PSEQ]))
-        if min(cols[R_SEQ]) < 0:
+        seq_arr = array("q", seq)
+        array("q", record)
+        array("q", pg_id)
+        array("q", p2p_seq)
+        created_arr = array("q", created)
+        if min(seq_arr) < 0:
             return None
-        times = set(map(type, chain(cols[R_TSTART], cols[R_TDONE])))
+        times = set(map(type, chain(t_start, t_done)))
         if not times <= _INT_NONE:
             return None
-        if int in times:
-            array("q", filter(None, chain(cols[R_TSTART], cols[R_TDONE])))
-        if set(map(type, cols[R_NAME])) != _STR or not set(cols[R_STATE]) <= _STATES:
+        if _NONE in times:
+            array("q", filter(None, chain(t_start, t_done)))
+        else:
+            array("q", t_start)
+            array("q", t_done)
+        if not set(state) <= _STATES:
             return None
-        if not set(map(type, chain(cols[R_RETIRED], cols[R_ISP2P]))) <= _BOOL:
+        if not set(map(type, chain(retired, is_p2p))) <= _BOOL:
             return None
         try:
-            groups = set(cols[R_PG])
+            groups = set(pg)
         except TypeError:  # lists (JSON): make them tuples
-            if not set(map(type, cols[R_PG])) <= {tuple, list}:
+            if not set(map(type, pg)) <= {tuple, list}:
                 return None
-            cols[R_PG] = list(map(tuple, cols[R_PG]))
-            groups = set(cols[R_PG])
-        for pg in groups:
-            if type(pg) is not tuple or len(pg) != 2 or type(pg[0]) is not str \
-                    or type(pg[1]) is not str:
+            pg = tuple(map(tuple, pg))
+            groups = set(pg)
+        for group in groups:
+            if type(group) is not tuple or len(group) != 2 or type(group[0]) is not str \
+                    or type(group[1]) is not str:
+                return None
+        # A record whose profiling name is not text goes to the slow path (which drops
+        # it): checked on the few distinct signatures, not on every record.
+        for key in dict.fromkeys(keys):
+            if type(marshal.loads(key)[0]) is not str:
                 return None
     except (TypeError, ValueError, OverflowError):
         return None
-    cols.append(None)  # duration_ms: not needed by the analysis (timelines re-read it)
-    cols.append(None)  # peer: read for p2p records only (see extract._peer_of)
+    cols = [record, pg_id, pg, seq_arr, p2p_seq, None, created_arr, None, None, None, None,
+            state, retired, is_p2p, t_start, t_done, None, None, keys]
     return cols
 
 
@@ -204,7 +223,7 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
 
 
 def slow_columns(entries: list[Any], problems: Counter[str]) -> tuple[list[Any], list[int] | None]:
-    """The 18 columns, checked record by record (the slow path of the module doc)."""
+    """The 19 columns, checked record by record (the slow path of the module doc)."""
     cols, kept = _slow_columns(entries, problems)
     return cols, (None if len(kept) == len(entries) else kept)
 
@@ -217,14 +236,14 @@ def _slow_columns(entries: list[Any], problems: Counter[str]) -> tuple[list[Any]
             rows.append(row)
             kept.append(i)
     if not rows:
-        return [[] for _ in range(18)], kept
-    return [list(c) for c in zip(*rows)], kept
+        return [[] for _ in range(18)] + [None], kept
+    return [list(c) for c in zip(*rows)] + [None], kept
 
 
 def record_columns(
     entries: list[Any], problems: Counter[str]
 ) -> tuple[list[Any], list[int] | None]:
-    """The 18 ``R_*`` columns of ``entries`` and, when records were dropped, the original
+    """The 19 ``R_*`` columns of ``entries`` and, when records were dropped, the original
     position of each kept one (``None``: all kept, in order). Bad records are counted in
     ``problems``."""
     cols = _fast_columns(entries)
