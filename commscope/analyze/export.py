@@ -15,6 +15,10 @@ Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev 
    named ``STUCK …``, coloured ``terrible`` (red), ``args.stuck = true``.
 4. Flow arrows (``s``/``f`` pairs sharing an ``id``) join the same collective on
    consecutive ranks of its group, for the newest ``flows_per_group`` sequence numbers.
+4b. Point-to-point ops get a thread of their own per group (``p2p, group …``): one
+   slice per send/recv (``send → 3``, ``recv ← 1``; ``STUCK`` when unfinished), and an
+   arrow from each send to the recv it pairs with (the k-th send of src to dst with
+   the k-th recv of dst from src).
 5. Large jobs are capped: ranks named by findings first, then the lowest, up to
    ``max_ranks``; the newest ``max_per_track`` records per track.
 
@@ -36,7 +40,7 @@ from typing import Any
 
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.frames import FrameSource
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, Track
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
 from commscope.analyze.text import rank_list
 
 __all__ = [
@@ -82,6 +86,10 @@ def _horizon(a: Analysis) -> tuple[int, int]:
             if lo is not None:
                 t0 = lo if t0 is None else min(t0, lo)
             t1 = max(t1, max(t.created))
+        for op in d.p2p:
+            if op.created > 0:
+                t0 = op.created if t0 is None else min(t0, op.created)
+                t1 = max(t1, op.created)
         if d.dump_time_ns:
             t1 = max(t1, d.dump_time_ns)
     t0 = t0 or 0
@@ -126,13 +134,30 @@ def _slices(t: Track, horizon: int, limit: int, raw: list[Any]
     ``raw`` is the rank's re-read record list, for completion times (may be empty).
     """
     n = len(t)
+    return _spans([(i, t.created[i], bool(t.status[i] & _DONE), t.index[i])
+                   for i in range(max(0, n - limit), n)
+                   if t.sig[i] != GAP and t.created[i] > 0], horizon, raw)
+
+
+def _p2p_slices(ops: list[P2POp], horizon: int, limit: int, raw: list[Any]
+                ) -> list[tuple[P2POp, int, int, bool]]:
+    """(op, start_ns, end_ns, finished) for the newest ``limit`` p2p ops of one group."""
+    ops = sorted((o for o in ops if o.created > 0), key=lambda o: (o.created, o.index))
+    return _spans([(o, o.created, bool(o.status & _DONE), o.index) for o in ops[-limit:]],
+                  horizon, raw)
+
+
+def _spans(items: list[tuple[Any, int, bool, int]], horizon: int, raw: list[Any]
+           ) -> list[tuple[Any, int, int, bool]]:
+    """Give each ``(key, start_ns, finished, position in raw)`` of one track its end.
+
+    The end is the recorded completion when the record has one, else the next item's
+    start (an upper bound), else the horizon for an unfinished item; never past the
+    next item's start, so slices of one track do not overlap.
+    """
     out = []
-    valid = [i for i in range(max(0, n - limit), n) if t.sig[i] != GAP and t.created[i] > 0]
-    for j, i in enumerate(valid):
-        start = t.created[i]
-        nxt = t.created[valid[j + 1]] if j + 1 < len(valid) else None
-        finished = bool(t.status[i] & _DONE)
-        pos = t.index[i]
+    for j, (key, start, finished, pos) in enumerate(items):
+        nxt = items[j + 1][1] if j + 1 < len(items) else None
         end = _end_ns(raw[pos]) if 0 <= pos < len(raw) else None
         if end is not None and end <= start:
             end = None
@@ -140,8 +165,35 @@ def _slices(t: Track, horizon: int, limit: int, raw: list[Any]
             end = nxt if nxt is not None else (horizon if not finished else start + 1000)
         if nxt is not None:
             end = min(end, nxt)
-        out.append((i, start, max(end, start + 1000), finished))
+        out.append((key, start, max(end, start + 1000), finished))
     return out
+
+
+def _p2p_label(op: P2POp) -> str:
+    peer = "?" if op.peer is None else op.peer
+    return f"send → {peer}" if op.op == "send" else f"recv ← {peer}"
+
+
+def _p2p_pairs(a: Analysis, ranks: list[int]) -> list[tuple[P2POp, int, P2POp, int]]:
+    """(send, src, recv, dst): the k-th send of src to dst in a group with the k-th recv
+    of dst from src (as :func:`commscope.analyze.match.match_p2p` pairs them)."""
+    sends: dict[tuple[str, int, int], list[P2POp]] = {}
+    recvs: dict[tuple[str, int, int], list[P2POp]] = {}
+    for r in ranks:
+        for op in a.load.dumps[r].p2p:
+            if op.peer is None:
+                continue
+            if op.op == "send":
+                sends.setdefault((op.group, r, op.peer), []).append(op)
+            else:
+                recvs.setdefault((op.group, op.peer, r), []).append(op)
+    pairs = []
+    for key in sorted(set(sends) & set(recvs)):
+        _, src, dst = key
+        s_ops = sorted(sends[key], key=lambda o: o.p2p_seq)
+        r_ops = sorted(recvs[key], key=lambda o: o.p2p_seq)
+        pairs += [(s, src, rv, dst) for s, rv in zip(s_ops, r_ops)]
+    return pairs
 
 
 def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 1000,
@@ -153,6 +205,8 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     ranks = _chosen_ranks(a, max_ranks)
     events: list[dict[str, Any]] = []
     anchors: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    p2p_at: dict[int, tuple[int, float]] = {}
+    p2p_tids = _p2p_tracks([a.load.dumps[r] for r in ranks], len(tids))
     sigs = a.load.sigs.sigs
     source = FrameSource(a.load)
     for r in ranks:
@@ -187,7 +241,41 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                 events.append(ev)
                 if seq > top:
                     anchors.setdefault((key, seq), []).append((r, ts + 0.0005))
+        by_group: dict[str, list[P2POp]] = {}
+        for op in d.p2p:
+            by_group.setdefault(op.group, []).append(op)
+        for key in sorted(by_group):
+            g = a.groups.get(key)
+            tid = p2p_tids[key]
+            events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
+                           "args": {"name": f"p2p, {_track_name(key, g)}"}})
+            for op, start, end, finished in _p2p_slices(by_group[key], horizon,
+                                                         max_per_track, raw):
+                ts = (start - t0) / 1000.0
+                ev = {
+                    "ph": "X", "pid": r, "tid": tid, "ts": ts, "dur": (end - start) / 1000.0,
+                    "name": f"{'STUCK ' if not finished else ''}{_p2p_label(op)}",
+                    "cat": "p2p",
+                    "args": {"group": key, "p2p_seq_id": op.p2p_seq, "peer": op.peer,
+                             "profiling_name": sigs[op.sig].profiling_name,
+                             "sizes": sigs[op.sig].sizes_text(), "finished": finished,
+                             "stuck": not finished},
+                }
+                if not finished:
+                    ev["cname"] = "terrible"
+                events.append(ev)
+                p2p_at[id(op)] = (tid, ts + 0.0005)
     flow_id = 0
+    for s_op, src, r_op, dst in _p2p_pairs(a, ranks):
+        start, end = p2p_at.get(id(s_op)), p2p_at.get(id(r_op))
+        if start is None or end is None:
+            continue  # outside the newest max_per_track of its track
+        flow_id += 1
+        name = f"p2p {s_op.group} {src}→{dst}"
+        events.append({"ph": "s", "id": flow_id, "pid": src, "tid": start[0], "ts": start[1],
+                       "name": name, "cat": "p2p", "bp": "e"})
+        events.append({"ph": "f", "id": flow_id, "pid": dst, "tid": end[0], "ts": end[1],
+                       "name": name, "cat": "p2p", "bp": "e"})
     for (key, seq), points in sorted(anchors.items()):
         tid = tids.get(key, 0)
         points.sort()
@@ -204,6 +292,12 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
         "otherData": {"format": "commscope.analysis/1", "verdict": a.verdict,
                       "root_cause": a.findings[0].message if a.findings else ""},
     }
+
+
+def _p2p_tracks(dumps: list[RankDump], n_collective: int) -> dict[str, int]:
+    """A thread id per group with p2p ops, after every group's collective thread."""
+    keys = sorted({op.group for d in dumps for op in d.p2p})
+    return {key: n_collective + 1 + i for i, key in enumerate(keys)}
 
 
 def _track_name(key: str, g: Group | None) -> str:
@@ -240,6 +334,18 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
             if items:
                 g = a.groups.get(key)
                 lanes.append({"rank": r, "group": g.display if g else key, "items": items})
+        by_group: dict[str, list[P2POp]] = {}
+        for op in d.p2p:
+            by_group.setdefault(op.group, []).append(op)
+        for key in sorted(by_group):
+            items = [[round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
+                      _p2p_label(op), int(not finished)]
+                     for op, start, end, finished in _p2p_slices(
+                         by_group[key], horizon, max_per_track, raw)]
+            if items:
+                g = a.groups.get(key)
+                lanes.append({"rank": r, "group": f"p2p {g.display if g else key}",
+                              "items": items})
     return {"span_us": round((horizon - t0) / 1e3, 1), "lanes": lanes}
 
 

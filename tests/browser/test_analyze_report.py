@@ -61,3 +61,15 @@ def test_hostile_names_are_text_not_markup(page, tmp_path):
     assert page.evaluate("window.pwned === undefined")
     assert page.errors == []
     assert evil in page.text_content("#findings")
+
+
+def test_timeline_draws_p2p_lanes(page, tmp_path):
+    out = tmp_path / "report.html"
+    write_html(analyze(DATA / "p2p_unmatched"), out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#timeline svg")
+    assert page.errors == []
+    text = page.text_content("#timeline")
+    assert "p2p" in text
+    # rank 2's last send to rank 3 is the only stuck op of the job
+    assert len(page.query_selector_all("#timeline rect.stuck")) == 1

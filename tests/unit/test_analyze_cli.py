@@ -173,3 +173,42 @@ def test_public_surface_is_importable_and_documented():
                             "order_mismatch", "p2p_unmatched", "crashed_rank",
                             "cross_group_deadlock", "truncated_history", "straggler",
                             "healthy"}
+
+
+def test_perfetto_draws_p2p_ops_and_joins_each_send_to_its_recv(tmp_path, capsys):
+    # p2p_unmatched: a pipeline 0 → 1 → 2 → 3, four sends each, and rank 3 posted only
+    # three recvs, so rank 2's last send to 3 never completes.
+    trace = tmp_path / "trace.json"
+    assert main(["analyze", str(DATA / "p2p_unmatched"), "--perfetto", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    p2p_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M"
+                   and e["name"] == "thread_name" and e["args"]["name"].startswith("p2p, ")}
+    assert {pid for pid, _ in p2p_threads} == {0, 1, 2, 3}
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] == "p2p"]
+    assert all((e["pid"], e["tid"]) in p2p_threads for e in slices)
+    assert sorted(e["name"] for e in slices if e["pid"] == 3) == ["recv ← 2"] * 3
+    stuck = [(e["pid"], e["name"]) for e in slices if e["args"]["stuck"]]
+    assert stuck == [(2, "STUCK send → 3")]
+    at = {(e["pid"], e["ts"]): e for e in slices}
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "p2p"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "p2p"}
+    assert set(starts) == set(ends)
+    hops = sorted((s["pid"], ends[i]["pid"]) for i, s in starts.items())
+    assert hops == [(0, 1)] * 4 + [(1, 2)] * 4 + [(2, 3)] * 3
+    for i, s in starts.items():
+        # each arrow leaves a send slice and lands on a recv slice, on those ranks
+        src = next(e for (pid, ts), e in at.items() if pid == s["pid"]
+                   and ts <= s["ts"] <= ts + e["dur"])
+        dst = next(e for (pid, ts), e in at.items() if pid == ends[i]["pid"]
+                   and ts <= ends[i]["ts"] <= ts + e["dur"])
+        assert src["name"].endswith(f"send → {ends[i]['pid']}")
+        assert dst["name"] == f"recv ← {s['pid']}"
+    # the HTML timeline draws the same ops in lanes of their own
+    from commscope.analyze import analyze
+    from commscope.analyze.export import timeline_data
+
+    lanes = timeline_data(analyze(str(DATA / "p2p_unmatched")))["lanes"]
+    p2p = [lane for lane in lanes if lane["group"].startswith("p2p ")]
+    assert {lane["rank"] for lane in p2p} == {0, 1, 2, 3}
+    assert [item[2:] for lane in p2p if lane["rank"] == 2
+            for item in lane["items"]][-1] == ["send → 3", 1]
