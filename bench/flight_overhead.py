@@ -19,6 +19,7 @@ The loop runs ``--depth`` Python frames deep so stack capture costs what it cost
 training step.
 
     python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5]
+    python bench/flight_overhead.py --in-place   # where the recorder's time goes, per step
 """
 
 from __future__ import annotations
@@ -162,6 +163,76 @@ def gloo_round(
     return per_op, results[0][1]
 
 
+def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
+    """Time the recorder's own steps inside the gloo loop (after the ring is full).
+
+    Each of ``Recorder.begin``/``issued``/``complete`` is wrapped with a clock: what the
+    steps cost where they run, between gloo's threads, rather than in a hot loop.
+    """
+    from commscope.flight import recorder as rec_mod
+
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "0"
+    torch.set_num_threads(1)
+    flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
+    clock = time.perf_counter_ns
+    spent: dict[str, list[int]] = {"begin": [], "issued": [], "complete": []}
+    for name, samples in spent.items():
+        step = getattr(rec_mod.Recorder, name)
+
+        def timed(*a, _step=step, _keep=samples.append, **kw):
+            s = clock()
+            out = _step(*a, **kw)
+            _keep(clock() - s)
+            return out
+
+        setattr(rec_mod.Recorder, name, timed)
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
+    )
+    t = torch.ones(numel)
+
+    def loop():
+        for _ in range(iters):
+            dist.all_reduce(t)
+
+    _nested(depth, loop)  # fills the ring: from here on every entry evicts one
+    for samples in spent.values():
+        samples.clear()
+    _nested(depth, loop)
+    dist.barrier()
+    conn.send({k: sorted(v) for k, v in spent.items()})
+    conn.close()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def in_place(world: int, iters: int, depth: int, numel: int) -> None:
+    """Print what begin/issued/complete cost inside the gloo loop, per rank."""
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        pipes, procs = [], []
+        for rank in range(world):
+            parent, child = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_in_place_child,
+                            args=(rank, world, store, max(iters, 2000), depth, numel, child))
+            p.start()
+            child.close()
+            pipes.append(parent)
+            procs.append(p)
+        results = [pipe.recv() for pipe in pipes]
+        for p in procs:
+            p.join(30)
+    print(f"recorder steps timed in place (gloo, {world} ranks, {depth}+ frames deep, "
+          f"ring full), us: median / p90 / mean")
+    for rank, spent in enumerate(results):
+        cells = []
+        for name, v in spent.items():
+            cells.append(f"{name} {v[len(v) // 2] / 1e3:.1f} / {v[len(v) * 9 // 10] / 1e3:.1f}"
+                         f" / {sum(v) / len(v) / 1e3:.1f}")
+        print(f"  rank {rank}: " + ", ".join(cells))
+
+
 def _fake_child(mode, iters, depth, conn):
     os.environ["TORCH_FR_BUFFER_SIZE"] = "0"
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -211,7 +282,12 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=20, help="extra Python frames under the loop")
     ap.add_argument("--numel", type=int, default=16, help="floats per all_reduce")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--in-place", action="store_true",
+                    help="only time the recorder's steps inside the gloo loop, then exit")
     args = ap.parse_args()
+    if args.in_place:
+        in_place(args.ranks, args.iters, args.depth, args.numel)
+        return
 
     gloo: dict[str, list[float]] = {m: [] for m in MODES}
     dumps: dict[str, list[float]] = {"ours": [], "native": []}
