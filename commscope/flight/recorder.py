@@ -330,14 +330,15 @@ class Recorder:
                     failed = work.exception() is not None
                 except Exception:
                     failed = False
-            if self._timing:
-                try:
+            duration = None
+            if self._timing and not failed:
+                try:  # the backend's own device-side timing (NCCL with timing on)
                     duration = float(work._get_duration())
                 except Exception:
-                    duration = None
+                    duration = None  # keep the wall time complete() measures
             self.polled.pop(rid, None)
             self.complete(e, failed=failed)
-            if self._timing:
+            if duration is not None and duration >= 0:
                 e.duration_ms = duration
 
     # ------------------------------------------------------------------ helpers

@@ -338,3 +338,75 @@ def test_commscope_mesh_groups_are_recorded_with_their_axis(tmp_path):
         assert config["mesh_tp"] == str([rank // 2 * 2, rank // 2 * 2 + 1])
         assert config["mesh_dp"] == str([rank % 2, rank % 2 + 2])
         assert timed  # timing=True: every completed gloo op has duration_ms
+
+
+# ------------------------------------------------------------------ polled works (NCCL)
+
+
+def _polled_works(rank, world_size, out_dir):
+    import gc
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+    from commscope.flight import recorder as rec_mod
+    from commscope.flight.api import _state
+
+    # NCCL's and XCCL's futures complete at enqueue, so their works are polled by the
+    # watchdog instead of wrapped. Drive that path on gloo: same recorder, real works.
+    rec_mod.POLLED_BACKENDS = frozenset({"gloo"})
+    _init(rank, world_size, handle_signals=False, dump_on_exception=False,
+          poll_interval_s=0.05, timing=True, dump_prefix=os.path.join(out_dir, "rank_"))
+    rec = _state.recorder
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    held = torch.ones(1000)
+    alive = weakref.ref(held)
+    work = dist.all_reduce(held, async_op=True)
+    unwrapped = type(work).__name__ != "TrackedWork"
+    work.wait()
+    del work, held
+    gc.collect()
+    kept_until_polled = alive() is not None or not rec.polled  # the watchdog may be quick
+    deadline = time.monotonic() + 10
+    while rec.polled and time.monotonic() < deadline:
+        time.sleep(0.02)
+    gc.collect()
+    released = alive() is None and not rec.polled
+    # A collective that fails (rank 1 never joins; the group times out after 1 s) is
+    # seen failed through the polled work, without anyone calling wait().
+    solo = dist.new_group([0, 1], timeout=timedelta(seconds=1))
+    if rank == 0:
+        failing = dist.all_reduce(torch.ones(2), group=solo, async_op=True)
+        deadline = time.monotonic() + 15
+        while rec.failed_collectives == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        del failing
+    entries = flight.snapshot()["entries"]
+    return unwrapped, kept_until_polled, released, rec.failed_collectives, [
+        (e["profiling_name"], e["collective_seq_id"], e["state"], e["retired"], e["failed"],
+         e.get("duration_ms") is not None)
+        for e in entries
+    ]
+
+
+def test_polled_works_complete_release_their_tensors_and_report_failures(tmp_path):
+    results = run_ranks(_polled_works, 2, tmp_path, str(tmp_path), timeout=60, init=False,
+                        check=False)
+    assert all(not r.timed_out for r in results), results
+    r0 = results[0].value
+    assert r0 is not None, results[0]
+    unwrapped, kept_until_polled, released, failed_count, entries = r0
+    assert unwrapped and kept_until_polled and released
+    healthy = entries[:4]
+    assert [e[:5] for e in healthy] == [
+        ("gloo:all_reduce", seq, "completed", True, False) for seq in (1, 2, 3, 4)
+    ]
+    assert all(e[5] for e in healthy)  # timing on: a duration for every completed op
+    assert failed_count == 1
+    failed = entries[-1]
+    assert failed[:5] == ("gloo:all_reduce", 1, "started", True, True)
+    assert not failed[5]  # a failed collective gets no duration
