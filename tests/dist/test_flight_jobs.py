@@ -410,3 +410,45 @@ def test_polled_works_complete_release_their_tensors_and_report_failures(tmp_pat
     failed = entries[-1]
     assert failed[:5] == ("gloo:all_reduce", 1, "started", True, True)
     assert not failed[5]  # a failed collective gets no duration
+
+
+# ------------------------------------------------------------- adopted (split) groups
+
+
+def _adopted_group(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+    from commscope.flight.api import _state
+    from commscope.flight.install import adopt
+
+    # split_group needs an accelerator-bound default group, so build the plain group
+    # that it would return by hand (recording off), then adopt it as the split hook does.
+    store = dist.FileStore(os.environ["COMMSCOPE_TEST_STORE"], world_size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    plain = dist.new_group([0, 1], group_desc="made_by_split")
+    flight.enable(watchdog=False, handle_signals=False, dump_on_exception=False)
+    adopted = adopt(plain, _state.recorder, [0, 1], timedelta(seconds=30))
+    t = torch.full((3,), float(rank + 1))
+    work = adopted.allreduce([t])
+    work.wait()
+    entries = flight.snapshot()["entries"]
+    groups = flight.snapshot()["pg_config"]
+    return (type(adopted).__name__, type(work).__name__, t.tolist(),
+            [(e["profiling_name"], e["process_group"], e["collective_seq_id"], e["state"])
+             for e in entries],
+            groups.get(plain.group_name))
+
+
+def test_a_group_built_in_cpp_is_adopted_and_recorded(tmp_path):
+    for rank, (kind, work, values, entries, config) in enumerate(
+            run_ranks(_adopted_group, 2, tmp_path, timeout=60, init=False)):
+        assert kind == "RecordingProcessGroup" and work == "TrackedWork"
+        assert values == [3.0, 3.0, 3.0]  # forwarded to the real gloo backend
+        assert len(entries) == 1
+        name, (group, desc), seq, state = entries[0]
+        assert (name, desc, seq, state) == ("gloo:all_reduce", "made_by_split", 1, "completed")
+        assert config is not None and config["desc"] == "made_by_split"
+        assert config["ranks"] == "[0, 1]", config
+        assert group  # the plain group's own name
