@@ -1,4 +1,5 @@
-"""The flight recorder on real gloo jobs: a healthy step, a hang, an unmatched send."""
+"""The flight recorder on real gloo jobs: a healthy step, a hang, an unmatched send, p2p,
+mesh groups, polled (NCCL-style) works and groups adopted from C++."""
 
 from __future__ import annotations
 
@@ -385,6 +386,10 @@ def _polled_works(rank, world_size, out_dir):
         while rec.failed_collectives == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         del failing
+        # ... and the watchdog dumps because of it
+        dump = os.path.join(out_dir, "rank_0")
+        while not os.path.exists(dump) and time.monotonic() < deadline:
+            time.sleep(0.05)
     entries = flight.snapshot()["entries"]
     return unwrapped, kept_until_polled, released, rec.failed_collectives, [
         (e["profiling_name"], e["collective_seq_id"], e["state"], e["retired"], e["failed"],
@@ -410,6 +415,9 @@ def test_polled_works_complete_release_their_tensors_and_report_failures(tmp_pat
     failed = entries[-1]
     assert failed[:5] == ("gloo:all_reduce", 1, "started", True, True)
     assert not failed[5]  # a failed collective gets no duration
+    dump = _load(str(tmp_path / "rank_0"))
+    assert dump["dump_reason"] == "collective error"
+    assert dump["entries"][-1]["failed"] is True
 
 
 # ------------------------------------------------------------- adopted (split) groups
