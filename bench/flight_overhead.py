@@ -137,19 +137,16 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn, busy_u
     os._exit(0)
 
 
-def gloo_round(
-    mode: str, world: int, iters: int, depth: int, numel: int, busy_us: float = 0.0
-) -> tuple:
+def _gloo_job(target, world: int, make_args) -> list[Any]:
+    """Fork ``world`` ranks running ``target(*make_args(rank, store_path, conn))`` with
+    a FileStore in a temporary folder; return what each rank sent, in rank order."""
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         pipes, procs = [], []
         for rank in range(world):
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=_gloo_child,
-                args=(rank, world, mode, store, iters, depth, numel, child, busy_us),
-            )
+            p = ctx.Process(target=target, args=make_args(rank, store, child))
             p.start()
             child.close()
             pipes.append(parent)
@@ -157,6 +154,14 @@ def gloo_round(
         results = [pipe.recv() for pipe in pipes]
         for p in procs:
             p.join(30)
+    return results
+
+
+def gloo_round(
+    mode: str, world: int, iters: int, depth: int, numel: int, busy_us: float = 0.0
+) -> tuple:
+    results = _gloo_job(_gloo_child, world, lambda rank, store, child: (
+        rank, world, mode, store, iters, depth, numel, child, busy_us))
     if mode in ("paired", "control"):
         return results[0][0], []
     per_op = statistics.median(r[0] for r in results)
@@ -208,21 +213,8 @@ def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
 
 def in_place(world: int, iters: int, depth: int, numel: int) -> None:
     """Print what begin/issued/complete cost inside the gloo loop, per rank."""
-    ctx = mp.get_context("fork")
-    with tempfile.TemporaryDirectory() as tmp:
-        store = os.path.join(tmp, "store")
-        pipes, procs = [], []
-        for rank in range(world):
-            parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_in_place_child,
-                            args=(rank, world, store, max(iters, 2000), depth, numel, child))
-            p.start()
-            child.close()
-            pipes.append(parent)
-            procs.append(p)
-        results = [pipe.recv() for pipe in pipes]
-        for p in procs:
-            p.join(30)
+    results = _gloo_job(_in_place_child, world, lambda rank, store, child: (
+        rank, world, store, max(iters, 2000), depth, numel, child))
     print(f"recorder steps timed in place (gloo, {world} ranks, {depth}+ frames deep, "
           f"ring full), us: median / p90 / mean")
     for rank, spent in enumerate(results):

@@ -40,6 +40,7 @@ from typing import Any
 
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.frames import FrameSource
+from commscope.analyze.match import p2p_channels
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
 from commscope.analyze.text import rank_list
 
@@ -174,26 +175,11 @@ def _p2p_label(op: P2POp) -> str:
     return f"send → {peer}" if op.op == "send" else f"recv ← {peer}"
 
 
-def _p2p_pairs(a: Analysis, ranks: list[int]) -> list[tuple[P2POp, int, P2POp, int]]:
-    """(send, src, recv, dst): the k-th send of src to dst in a group with the k-th recv
-    of dst from src (as :func:`commscope.analyze.match.match_p2p` pairs them)."""
-    sends: dict[tuple[str, int, int], list[P2POp]] = {}
-    recvs: dict[tuple[str, int, int], list[P2POp]] = {}
-    for r in ranks:
-        for op in a.load.dumps[r].p2p:
-            if op.peer is None:
-                continue
-            if op.op == "send":
-                sends.setdefault((op.group, r, op.peer), []).append(op)
-            else:
-                recvs.setdefault((op.group, op.peer, r), []).append(op)
-    pairs = []
-    for key in sorted(set(sends) & set(recvs)):
-        _, src, dst = key
-        s_ops = sorted(sends[key], key=lambda o: o.p2p_seq)
-        r_ops = sorted(recvs[key], key=lambda o: o.p2p_seq)
-        pairs += [(s, src, rv, dst) for s, rv in zip(s_ops, r_ops)]
-    return pairs
+def _p2p_by_group(d: RankDump) -> dict[str, list[P2POp]]:
+    by_group: dict[str, list[P2POp]] = {}
+    for op in d.p2p:
+        by_group.setdefault(op.group, []).append(op)
+    return by_group
 
 
 def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 1000,
@@ -241,9 +227,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                 events.append(ev)
                 if seq > top:
                     anchors.setdefault((key, seq), []).append((r, ts + 0.0005))
-        by_group: dict[str, list[P2POp]] = {}
-        for op in d.p2p:
-            by_group.setdefault(op.group, []).append(op)
+        by_group = _p2p_by_group(d)
         for key in sorted(by_group):
             g = a.groups.get(key)
             tid = p2p_tids[key]
@@ -266,16 +250,17 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                 events.append(ev)
                 p2p_at[id(op)] = (tid, ts + 0.0005)
     flow_id = 0
-    for s_op, src, r_op, dst in _p2p_pairs(a, ranks):
-        start, end = p2p_at.get(id(s_op)), p2p_at.get(id(r_op))
-        if start is None or end is None:
-            continue  # outside the newest max_per_track of its track
-        flow_id += 1
-        name = f"p2p {s_op.group} {src}→{dst}"
-        events.append({"ph": "s", "id": flow_id, "pid": src, "tid": start[0], "ts": start[1],
-                       "name": name, "cat": "p2p", "bp": "e"})
-        events.append({"ph": "f", "id": flow_id, "pid": dst, "tid": end[0], "ts": end[1],
-                       "name": name, "cat": "p2p", "bp": "e"})
+    for (group, src, dst), (s_ops, r_ops) in p2p_channels(a.load, ranks).items():
+        for s_op, r_op in zip(s_ops, r_ops):  # the k-th send pairs with the k-th recv
+            start, end = p2p_at.get(id(s_op)), p2p_at.get(id(r_op))
+            if start is None or end is None:
+                continue  # outside the newest max_per_track of its track
+            flow_id += 1
+            name = f"p2p {group} {src}→{dst}"
+            events.append({"ph": "s", "id": flow_id, "pid": src, "tid": start[0],
+                           "ts": start[1], "name": name, "cat": "p2p", "bp": "e"})
+            events.append({"ph": "f", "id": flow_id, "pid": dst, "tid": end[0],
+                           "ts": end[1], "name": name, "cat": "p2p", "bp": "e"})
     for (key, seq), points in sorted(anchors.items()):
         tid = tids.get(key, 0)
         points.sort()
@@ -334,9 +319,7 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
             if items:
                 g = a.groups.get(key)
                 lanes.append({"rank": r, "group": g.display if g else key, "items": items})
-        by_group: dict[str, list[P2POp]] = {}
-        for op in d.p2p:
-            by_group.setdefault(op.group, []).append(op)
+        by_group = _p2p_by_group(d)
         for key in sorted(by_group):
             items = [[round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
                       _p2p_label(op), int(not finished)]

@@ -65,6 +65,7 @@ __all__ = [
     "align_group",
     "align_all",
     "match_p2p",
+    "p2p_channels",
     "MAX_MISMATCHES_PER_GROUP",
 ]
 
@@ -380,30 +381,41 @@ def _peer(op: P2POp, group: Group) -> int | None:
     return group.ranks[local]
 
 
-def match_p2p(load: LoadResult, groups: dict[str, Group]) -> list[P2PIssue]:
-    """Pair every send with its recv (see module doc); return what did not pair."""
+def p2p_channels(load: LoadResult, ranks: Iterable[int]
+                 ) -> dict[tuple[str, int, int], tuple[list[P2POp], list[P2POp]]]:
+    """``(group, src, dst) → (sends of src to dst, recvs of dst from src)``, each in
+    ``p2p_seq_id`` order, over the ops of ``ranks`` whose peer is known."""
     sends: dict[tuple[str, int, int], list[P2POp]] = {}
     recvs: dict[tuple[str, int, int], list[P2POp]] = {}
-    for rank, d in sorted(load.dumps.items()):
-        for op in d.p2p:
-            group = groups.get(op.group)
-            if group is None:
+    for rank in sorted(ranks):
+        for op in load.dumps[rank].p2p:
+            if op.peer is None:
                 continue
-            peer = _peer(op, group)
-            if peer is None:
-                continue
-            op.peer = peer
             if op.op == "send":
-                sends.setdefault((op.group, rank, peer), []).append(op)
+                sends.setdefault((op.group, rank, op.peer), []).append(op)
             else:
-                recvs.setdefault((op.group, peer, rank), []).append(op)
+                recvs.setdefault((op.group, op.peer, rank), []).append(op)
+    return {key: (sorted(sends.get(key, []), key=_by_p2p_seq),
+                  sorted(recvs.get(key, []), key=_by_p2p_seq))
+            for key in sorted(set(sends) | set(recvs))}
+
+
+def _by_p2p_seq(op: P2POp) -> int:
+    return op.p2p_seq
+
+
+def match_p2p(load: LoadResult, groups: dict[str, Group]) -> list[P2PIssue]:
+    """Pair every send with its recv (see module doc); return what did not pair."""
+    for d in load.dumps.values():
+        for op in d.p2p:
+            group = groups.get(op.group)  # build_groups made one for every p2p group
+            if group is not None:
+                op.peer = _peer(op, group)
     issues: list[P2PIssue] = []
-    for key in sorted(set(sends) | set(recvs)):
+    for key, (s_ops, r_ops) in p2p_channels(load, load.dumps).items():
         gname, src, dst = key
         if src not in load.dumps or dst not in load.dumps:
             continue  # the side without a dump is reported as crashed, not unmatched
-        s_ops = sorted(sends.get(key, []), key=lambda o: o.p2p_seq)
-        r_ops = sorted(recvs.get(key, []), key=lambda o: o.p2p_seq)
         if load.dumps[src].wrapped or load.dumps[dst].wrapped:
             since = max(load.dumps[src].first_created_ns or 0,
                         load.dumps[dst].first_created_ns or 0)
