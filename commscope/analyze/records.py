@@ -2,12 +2,12 @@
 
 Algorithm (:func:`record_columns`):
 
-1. **Fast path**: pull the 16 fields every 2.x record has with two C-level
-   ``itemgetter`` passes: one turns the five signature fields (name, sizes, dtypes)
-   straight into a ``marshal`` key per record, the other is transposed into columns.
-   Each column's set of types is checked at once (``set(map(type, column))``) and the
-   range of its integers by ``array`` conversion. Any surprise sends the whole file to
-   step 2; nothing is trusted on the fast path that was not checked.
+1. **Fast path**: pull the 16 fields every 2.x record has with one C-level
+   ``itemgetter`` pass, transposed into columns; the five signature columns (name,
+   sizes, dtypes) are zipped straight into a ``marshal`` key per record. Each column's
+   set of types is checked at once (``set(map(type, column))``) and the range of its
+   integers by ``array("q")`` conversion. Any surprise sends the whole file to step 2;
+   nothing is trusted on the fast path that was not checked.
 2. **Slow path**: check record by record. A record without a usable sequence number,
    group or profiling name is dropped; a bad optional field falls back to its default
    (older schemas: ``seq_id``, ``sizes``, no ``retired``); each kind of problem is
@@ -47,12 +47,12 @@ STATE_BITS = {"scheduled": 0, "started": STARTED, "completed": STARTED | COMPLET
 (R_RECORD, R_PGID, R_PG, R_SEQ, R_P2PSEQ, R_NAME, R_CREATED, R_IN, R_IDT, R_OUT, R_ODT,
  R_STATE, R_RETIRED, R_ISP2P, R_TSTART, R_TDONE, R_DUR, R_PEER, R_KEY) = range(19)
 _N_COLS = 19
-_get_sig_fields = itemgetter(
-    "profiling_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
-_get_other_fields = itemgetter(
+_get_fields = itemgetter(
+    "profiling_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
     "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
     "process_group", "state", "retired", "is_p2p", "time_discovered_started_ns",
     "time_discovered_completed_ns")
+"""The 16 fields every 2.x record has: the five signature fields first."""
 _get_failed = itemgetter("failed")
 _get_failed_or_none = methodcaller("get", "failed")
 
@@ -69,7 +69,6 @@ def _failed_column(entries: list[Any]) -> list[Any] | None:
 
 _INT = {int}
 _INT_NONE = {int, type(None)}
-_NUM_NONE = {int, float, type(None)}
 _NONE = type(None)
 _BOOL = {bool}
 _STATES = set(STATE_BITS)
@@ -89,36 +88,39 @@ def short(value: Any, limit: int = 40) -> str:
 def _fast_columns(entries: list[Any]) -> list[Any] | None:
     """All columns when every record is well formed, else ``None`` (see module doc).
 
-    The fast path never builds the five signature columns: ``R_KEY`` holds each record's
-    signature key (``marshal`` of name, sizes and dtypes, made straight from the record)
-    and ``R_NAME`` .. ``R_ODT`` are ``None``. Every field is still type- and range-checked:
-    types a whole column at a time, 64-bit ranges by ``array`` conversion (whose
-    ``OverflowError`` sends the file to the slow path).
+    The five signature columns are not returned: ``R_KEY`` holds each record's signature
+    key (``marshal`` of name, sizes and dtypes) and ``R_NAME`` .. ``R_ODT`` are ``None``.
+    Every field is still checked, a whole column at a time: by its set of types, and
+    integers by ``array("q")`` conversion too (the integer columns returned are those
+    arrays).
     """
     if not entries:
         cols: list[Any] = [[] for _ in range(_N_COLS)]
         cols[R_KEY] = []
         return cols
     try:
-        keys = list(map(marshal.dumps, map(_get_sig_fields, entries), repeat(2)))
-        (record, pg_id, seq, p2p_seq, created, pg, state, retired, is_p2p, t_start,
-         t_done) = zip(*map(_get_other_fields, entries))
+        (name, in_sizes, out_sizes, in_dtypes, out_dtypes, record, pg_id, seq, p2p_seq,
+         created, pg, state, retired, is_p2p, t_start, t_done) = zip(*map(_get_fields, entries))
+        keys = list(map(marshal.dumps, zip(name, in_sizes, out_sizes, in_dtypes, out_dtypes),
+                        repeat(2)))
     except (KeyError, TypeError, IndexError, AttributeError, ValueError):
         return None  # a missing field, a non-dict record, or sizes marshal cannot write
     try:
         if set(map(type, chain(record, pg_id, seq, p2p_seq, created))) != _INT:
-            return None
+            return None  # a bool, float, text or None where an int belongs
+        # array("q") raises OverflowError for an int beyond 64 bits: the slow path
+        # reports it.
         seq_arr = array("q", seq)
-        array("q", record)
-        array("q", pg_id)
-        array("q", p2p_seq)
+        record_arr = array("q", record)
+        pg_id_arr = array("q", pg_id)
+        p2p_arr = array("q", p2p_seq)
         created_arr = array("q", created)
         if min(seq_arr) < 0:
             return None
         times = set(map(type, chain(t_start, t_done)))
         if not times <= _INT_NONE:
             return None
-        if _NONE in times:
+        if _NONE in times:  # None where an op has not started or finished yet
             array("q", filter(None, chain(t_start, t_done)))
         else:
             array("q", t_start)
@@ -139,13 +141,12 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
                     or type(group[1]) is not str:
                 return None
         # A record whose profiling name is not text goes to the slow path (which drops
-        # it): checked on the few distinct signatures, not on every record.
-        for key in dict.fromkeys(keys):
-            if type(marshal.loads(key)[0]) is not str:
-                return None
+        # it): checked on the distinct names only.
+        if not set(map(type, set(name))) <= {str}:
+            return None
     except (TypeError, ValueError, OverflowError):
         return None
-    cols = [record, pg_id, pg, seq_arr, p2p_seq, None, created_arr, None, None, None, None,
+    cols = [record_arr, pg_id_arr, pg, seq_arr, p2p_arr, None, created_arr, None, None, None, None,
             state, retired, is_p2p, t_start, t_done, None, None, keys]
     return cols
 
