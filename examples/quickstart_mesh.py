@@ -18,5 +18,6 @@ dp_ranks = mesh.group_ranks("dp")  # [1, 5] on rank 5
 tp_group = mesh.get_group("tp")  # this rank's torch ProcessGroup, described "mesh_tp"
 dp_mesh = mesh["dp"]  # a 1-D view: slicing creates no group
 world = mesh.flatten("world")  # a public flatten (over the whole world: the default group)
+again = world.unflatten("world", (2, 4), ("dp", "tp"))  # back to 2-D: reuses the dp, tp groups
 
 model = fully_shard(torch.nn.Linear(16, 16), mesh=dp_mesh)  # FSDP2 takes our mesh as it is

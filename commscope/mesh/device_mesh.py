@@ -176,10 +176,11 @@ class DeviceMesh(TorchDeviceMesh):
     """An n-D named mesh of ranks with this rank's process group along each axis.
 
     A ``torch.distributed.device_mesh.DeviceMesh`` as far as torch is concerned (FSDP,
-    DTensor and tensor parallelism accept it), with commscope's additions: any
-    axis may be given by name or index, ``flatten(name)`` is public and creates only
-    this rank's group, ``layout`` holds the pure arithmetic, ``describe()`` draws the
-    grid with hosts, and ``to_torch()`` gives a plain torch mesh over the same groups.
+    DTensor and tensor parallelism accept it), with commscope's additions: any axis may
+    be given by name or index; ``flatten(name)`` and ``unflatten(axis, sizes, names)``
+    are public and create only this rank's groups, reusing any group the mesh already
+    has; ``layout`` holds the pure arithmetic; ``describe()`` draws the grid with hosts;
+    ``to_torch()`` gives a plain torch mesh over the same groups.
 
     Create it with :func:`init_device_mesh` (or :meth:`from_torch`), not directly.
     """
@@ -190,6 +191,9 @@ class DeviceMesh(TorchDeviceMesh):
     _cs_groups: list[Any]
     _cs_ranks_per_host: int
     _cs_torch: TorchDeviceMesh | None
+    _cs_base: DeviceMesh | None
+    _cs_known: dict[tuple[int, ...], Any]
+    _cs_unflat: dict[MeshLayout, DeviceMesh]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -207,8 +211,13 @@ class DeviceMesh(TorchDeviceMesh):
         root: DeviceMesh | None,
         groups: list[Any],
         ranks_per_host: int,
+        base: DeviceMesh | None = None,
     ) -> DeviceMesh:
-        """Turn a torch mesh (made by torch's own public API) into ours, in place."""
+        """Turn a torch mesh (made by torch's own public API) into ours, in place.
+
+        ``base`` is the mesh a slice was cut from (``None``: this mesh owns its torch
+        groups: a root, a flattened axis or an unflattened mesh).
+        """
         torch_mesh.__class__ = cls
         mesh: DeviceMesh = torch_mesh  # type: ignore[assignment]
         mesh._cs_layout = layout
@@ -217,6 +226,13 @@ class DeviceMesh(TorchDeviceMesh):
         mesh._cs_groups = groups
         mesh._cs_ranks_per_host = ranks_per_host
         mesh._cs_torch = None
+        mesh._cs_base = base
+        mesh._cs_known = {}
+        mesh._cs_unflat = {}
+        if root is None:
+            rank = mesh.get_rank()
+            for i, pg in enumerate(groups):
+                mesh._cs_known.setdefault(tuple(layout.group(rank, i)), pg)
         return mesh
 
     @classmethod
@@ -356,7 +372,8 @@ class DeviceMesh(TorchDeviceMesh):
         sub = TorchDeviceMesh.__getitem__(self, wanted)
         positions = [self._cs_layout.names.index(w) for w in wanted]
         groups = [self._cs_groups[p] for p in positions]
-        return DeviceMesh._adopt(sub, layout, self.root, groups, self._cs_ranks_per_host)
+        base = self._cs_base if self._cs_base is not None else self
+        return DeviceMesh._adopt(sub, layout, self.root, groups, self._cs_ranks_per_host, base)
 
     def flatten(self, name: str | None = None) -> DeviceMesh:
         """Join all axes of this mesh (or slice) into one axis called ``name``.
@@ -364,8 +381,9 @@ class DeviceMesh(TorchDeviceMesh):
         ``mesh["dp_replicate", "dp_shard"].flatten("dp")``: the group along ``dp`` holds
         the ranks of both axes, row-major. Every rank must call it (same order, same
         name); only the members of each group take part in creating it, and a group
-        over the whole world reuses the default group. The result is cached on the root
-        by name and can be sliced from it afterwards: ``mesh["dp"]``.
+        with the same ranks as one this mesh already has (the whole world: the default
+        group) is reused. The result is cached on the root by name and can be sliced
+        from it afterwards: ``mesh["dp"]``.
         """
         layout = self._cs_layout.flatten(name)
         flat_name = layout.names[0]
@@ -382,43 +400,131 @@ class DeviceMesh(TorchDeviceMesh):
                 f"cannot name a flattened axis {flat_name!r}: the mesh already has an axis "
                 f"of that name ({list(root.axis_names)})"
             )
-        rank = self.get_rank()
         if self.ndim == 1:
             pg = self._cs_groups[0]
-        elif layout.covers_world(0):
-            pg = dist.distributed_c10d._get_default_group()
         else:
-            pg = dist.new_group(
-                layout.group(rank, 0),
-                use_local_synchronization=True,
-                group_desc=f"mesh_{flat_name}",
-            )
+            pg = root._group_for(layout.group(self.get_rank(), 0), f"mesh_{flat_name}")
         tm = TorchDeviceMesh.from_group(pg, self.device_type, mesh_dim_names=(flat_name,))
         flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
         root._cs_flat[flat_name] = flat
         return flat
+
+    def unflatten(
+        self,
+        axis: int | str,
+        sizes: Sequence[int],
+        names: Sequence[str],
+        *,
+        backend: str | None = None,
+    ) -> DeviceMesh:
+        """Split one axis into several: ``world.unflatten("world", (2, 4), ("dp", "tp"))``.
+
+        The axis's ranks, in its order, are reshaped to ``sizes`` (one may be ``-1``),
+        the other axes are kept, and the result is a new mesh with those axes (which
+        can be sliced, flattened and handed to FSDP or DTensor like any other). Every
+        rank must call it (same order, same arguments). A new axis whose group has the
+        same ranks as a group this job's mesh already has reuses that group, so
+        unflattening never duplicates a communicator; other groups are created by
+        their members only (``backend``: their backend, and no reuse). Repeating the
+        call returns the same mesh. Raises :class:`~commscope.mesh.layout.MeshError`
+        for sizes that do not multiply to the axis's size, clashing names, or a split
+        that is not a regular sub-grid (see :meth:`MeshLayout.unflatten`).
+        """
+        flat = self._flat_axis(axis) if self._cs_root is None else None
+        if flat is not None:
+            return flat.unflatten(0, sizes, names, backend=backend)
+        p = self._index(axis)
+        layout = self._cs_layout.unflatten(p, sizes, names)
+        root = self.root
+        cached = root._cs_unflat.get(layout)
+        if cached is not None and backend is None:
+            return cached
+        rank = self.get_rank()
+        added = layout.ndim - self.ndim
+        groups = []
+        for i, name in enumerate(layout.names):
+            if i < p:
+                groups.append(self._cs_groups[i])
+            elif i > p + added:
+                groups.append(self._cs_groups[i - added])
+            else:
+                groups.append(root._group_for(layout.group(rank, i), f"mesh_{name}", backend))
+        if layout.ndim == 1:
+            tm = TorchDeviceMesh.from_group(groups[0], self.device_type,
+                                            mesh_dim_names=layout.names)
+        else:
+            grid = torch.as_tensor(layout.submesh(rank), dtype=torch.int)
+            tm = TorchDeviceMesh.from_group(groups, self.device_type, mesh=grid,
+                                            mesh_dim_names=layout.names)
+        mesh = DeviceMesh._adopt(tm, layout, root, groups, self._cs_ranks_per_host)
+        if backend is None:
+            root._cs_unflat[layout] = mesh
+        return mesh
+
+    def _group_for(self, ranks: list[int], desc: str, backend: str | None = None) -> Any:
+        """The calling rank's group over ``ranks``: an existing one with those ranks, the
+        default group for the whole world, or a new one made by its members only.
+        Called on the root, which remembers every group its meshes hold."""
+        key = tuple(ranks)
+        if backend is None:
+            known = self._cs_known.get(key)
+            if known is not None:
+                return known
+            if len(key) == self._cs_layout.world_size:
+                return dist.distributed_c10d._get_default_group()
+        pg = dist.new_group(
+            ranks, backend=backend, use_local_synchronization=True, group_desc=desc
+        )
+        if backend is None:
+            self._cs_known[key] = pg
+        return pg
+
+    def _flatten(
+        self, mesh_dim_name: str | None = None, backend_override: Any = None
+    ) -> DeviceMesh:
+        """PyTorch's private spelling of :meth:`flatten`, for code written against it
+        (torchtitan, FSDP recipes): the result is registered on this mesh's root."""
+        if backend_override is not None:
+            raise MeshError(
+                "commscope's flatten takes no backend_override; flatten creates groups "
+                "on the default group's backend"
+            )
+        return self.flatten(mesh_dim_name)
+
+    def _unflatten(  # type: ignore[override]
+        self,
+        dim: int | str,
+        mesh_sizes: Sequence[int],
+        mesh_dim_names: Sequence[str],
+        backend_override: Any = None,
+    ) -> DeviceMesh:
+        """PyTorch's private spelling of :meth:`unflatten` (same arguments)."""
+        if backend_override is not None:
+            raise MeshError(
+                "commscope's unflatten takes backend='name' for the new groups instead of "
+                "backend_override"
+            )
+        return self.unflatten(dim, mesh_sizes, mesh_dim_names)
 
     # -------------------------------------------------------------- hand-offs
 
     def to_torch(self) -> TorchDeviceMesh:
         """A plain ``torch.distributed.device_mesh.DeviceMesh`` over the same groups."""
         if self._cs_torch is None:
-            if self._cs_root is None and self.ndim > 1:
-                grid = torch.arange(self._cs_layout.world_size, dtype=torch.int)
-                self._cs_torch = TorchDeviceMesh.from_group(
-                    self._cs_groups,
-                    self.device_type,
-                    mesh=grid.reshape(self._cs_layout.shape),
-                    mesh_dim_names=self.axis_names,
-                )
-            elif self.ndim == 1 and (
-                self._cs_root is None or self.axis_names[0] in self.root._cs_flat
-            ):
+            if self._cs_base is not None:  # a slice: cut from its base's torch mesh
+                self._cs_torch = self._cs_base.to_torch()[self.axis_names]
+            elif self.ndim == 1:
                 self._cs_torch = TorchDeviceMesh.from_group(
                     self._cs_groups[0], self.device_type, mesh_dim_names=self.axis_names
                 )
             else:
-                self._cs_torch = self.root.to_torch()[self.axis_names]
+                grid = self._cs_layout.submesh(self.get_rank())
+                self._cs_torch = TorchDeviceMesh.from_group(
+                    self._cs_groups,
+                    self.device_type,
+                    mesh=torch.as_tensor(grid, dtype=torch.int),
+                    mesh_dim_names=self.axis_names,
+                )
         return self._cs_torch
 
     # ------------------------------------------------------------------ display

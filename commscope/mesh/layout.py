@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 
 import numpy as np
 
@@ -48,12 +49,51 @@ def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def _runs(root_axes: Sequence[int]) -> list[tuple[int, ...]]:
+    """Split an axis's root axes into runs of neighbours (``(0, 1, 3)`` → ``(0, 1), (3,)``):
+    neighbouring root axes are one block of consecutive strides."""
+    runs: list[list[int]] = []
+    for a in root_axes:
+        if runs and runs[-1][-1] + 1 == a:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    return [tuple(r) for r in runs]
+
+
+def _suffix_products(sizes: Sequence[int]) -> set[int]:
+    """Where an axis's index space is cut by ``sizes`` (major first), from its minor end."""
+    out, acc = {1}, 1
+    for s in reversed(sizes):
+        acc *= s
+        out.add(acc)
+    return out
+
+
+def _suffix_starts(sizes: Sequence[int]) -> list[int]:
+    """For each of ``sizes`` (major first), the product of the sizes after it."""
+    starts, acc = [], 1
+    for s in reversed(sizes):
+        starts.append(acc)
+        acc *= s
+    return starts[::-1]
+
+
+def _unique_name(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}#{n}"
+    taken.add(candidate)
+    return candidate
+
+
 @dataclass(frozen=True)
 class MeshLayout:
     """One view (root, slice or flattened axis) of a row-major grid of ranks.
 
-    Build a root with :meth:`create`; derive views with :meth:`slice` and
-    :meth:`flatten`. All methods are pure integer arithmetic.
+    Build a root with :meth:`create`; derive views with :meth:`slice`,
+    :meth:`flatten` and :meth:`unflatten`. All methods are pure integer arithmetic.
     """
 
     root_shape: tuple[int, ...]
@@ -192,6 +232,144 @@ class MeshLayout:
             raise MeshError(f"flattened axis name must be a non-empty string, got {flat_name!r}")
         joined = tuple(a for axis in self.axes for a in axis)
         return MeshLayout(self.root_shape, self.root_names, (joined,), (flat_name,))
+
+    def unflatten(
+        self, axis: int | str, sizes: Sequence[int], names: Sequence[str]
+    ) -> MeshLayout:
+        """A view with ``axis`` split into several axes of ``sizes`` named ``names``.
+
+        The axis's ranks, in its row-major order, are reshaped to ``sizes`` (one size may
+        be ``-1``: inferred). The result is a view of a *refined* root: a root axis that
+        the split cuts in two becomes two root axes, which numbers the ranks exactly as
+        before. Raises :class:`MeshError` when the sizes do not multiply to the axis's
+        size, the names clash, or the axis joins non-adjacent root axes and a cut falls
+        inside one of them at a point that does not divide it (the groups would not be
+        a regular sub-grid of the mesh).
+        """
+        p = self.axis_index(axis)
+        sizes_t, names_t = self._check_split(p, sizes, names)
+        runs = _runs(self.axes[p])
+        run_sizes = [math.prod(self.root_shape[a] for a in run) for run in runs]
+        cuts = sorted(_suffix_products(run_sizes) | _suffix_products(sizes_t))
+        for lo, hi in pairwise(cuts):
+            if hi % lo:
+                self._refuse_split(p, sizes_t, names_t, runs)
+        # Fine pieces, major first: piece i spans positions [cuts[-i-2], cuts[-i-1]) of
+        # the axis's index space (counted from its minor end).
+        bounds = list(zip(cuts[-2::-1], cuts[:0:-1]))
+
+        def pieces_in(lo: int, hi: int) -> list[int]:
+            return [i for i, (a, b) in enumerate(bounds) if lo <= a and b <= hi]
+
+        run_lo = _suffix_starts(run_sizes)
+        new_lo = _suffix_starts(sizes_t)
+        owner = {}  # piece -> new axis
+        for k, (lo, size) in enumerate(zip(new_lo, sizes_t)):
+            for i in pieces_in(lo, lo * size):
+                owner[i] = k
+        taken = {n for a, n in enumerate(self.root_names) if a not in self.axes[p]}
+        root_shape: list[int] = []
+        root_names: list[str] = []
+        old_to_new: dict[int, int] = {}
+        piece_root: dict[int, int] = {}
+        first_of_run = {run[0]: j for j, run in enumerate(runs)}
+        in_axis = set(self.axes[p])
+        for a, (size, name) in enumerate(zip(self.root_shape, self.root_names)):
+            if a not in in_axis:
+                old_to_new[a] = len(root_shape)
+                root_shape.append(size)
+                root_names.append(name)
+                continue
+            j = first_of_run.get(a)
+            if j is None:
+                continue  # a later root axis of a run: its pieces are already placed
+            for i in pieces_in(run_lo[j], run_lo[j] * run_sizes[j]):
+                k = owner[i]
+                shared = sum(1 for v in owner.values() if v == k) > 1
+                label = f"{names_t[k]}.{i}" if shared else names_t[k]
+                piece_root[i] = len(root_shape)
+                root_shape.append(bounds[i][1] // bounds[i][0])
+                root_names.append(_unique_name(label, taken))
+        new_axes: list[tuple[int, ...]] = []
+        for q, root_axes in enumerate(self.axes):
+            if q != p:
+                new_axes.append(tuple(old_to_new[a] for a in root_axes))
+                continue
+            for k in range(len(sizes_t)):
+                new_axes.append(tuple(piece_root[i] for i in sorted(owner) if owner[i] == k))
+        return MeshLayout(
+            tuple(root_shape),
+            tuple(root_names),
+            tuple(new_axes),
+            self.names[:p] + names_t + self.names[p + 1:],
+        )
+
+    def _check_split(
+        self, p: int, sizes: Sequence[int], names: Sequence[str]
+    ) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        axis_name, axis_size = self.names[p], self.shape[p]
+        if isinstance(names, str):
+            raise MeshError(
+                f"unflatten names must be a tuple of names, got the string {names!r}"
+            )
+        try:
+            sizes_t = tuple(int(s) for s in sizes)
+        except (TypeError, ValueError):
+            raise MeshError(f"unflatten sizes must be integers, got {sizes!r}") from None
+        names_t = tuple(names)
+        if not sizes_t or len(sizes_t) != len(names_t):
+            raise MeshError(
+                f"unflatten needs one name per size, got sizes {sizes_t} and names {names_t}"
+            )
+        for n in names_t:
+            if not isinstance(n, str) or not n or n != n.strip():
+                raise MeshError(f"axis names must be non-empty strings, got {n!r} in {names_t}")
+        result = self.names[:p] + names_t + self.names[p + 1:]
+        dupes = sorted({n for n in result if result.count(n) > 1})
+        if dupes:
+            raise MeshError(
+                f"unflattening {axis_name!r} into {names_t} would give the mesh the axes "
+                f"{result}: {', '.join(map(repr, dupes))} appears more than once"
+            )
+        if sizes_t.count(-1) > 1 or any(s < 1 and s != -1 for s in sizes_t):
+            raise MeshError(
+                f"unflatten sizes must be >= 1 (one of them may be -1), got {sizes_t}"
+            )
+        if -1 in sizes_t:
+            known = math.prod(s for s in sizes_t if s != -1)
+            if axis_size % known:
+                raise MeshError(
+                    f"cannot infer the -1 in {sizes_t}: axis {axis_name!r} has {axis_size} "
+                    f"ranks, which {known} does not divide"
+                )
+            sizes_t = tuple(axis_size // known if s == -1 else s for s in sizes_t)
+        if math.prod(sizes_t) != axis_size:
+            raise MeshError(
+                f"cannot unflatten axis {axis_name!r} of size {axis_size} into "
+                f"{format_shape(sizes_t, names_t)} = {math.prod(sizes_t)}: the sizes must "
+                f"multiply to {axis_size}"
+            )
+        return sizes_t, names_t
+
+    def _refuse_split(
+        self,
+        p: int,
+        sizes: tuple[int, ...],
+        names: tuple[str, ...],
+        runs: list[tuple[int, ...]],
+    ) -> None:
+        parts = " and ".join(
+            format_shape([math.prod(self.root_shape[a] for a in run)],
+                         ["*".join(self.root_names[a] for a in run)])
+            for run in runs
+        )
+        fits = tuple(math.prod(self.root_shape[a] for a in run) for run in runs)
+        raise MeshError(
+            f"cannot unflatten axis {self.names[p]!r} into {format_shape(sizes, names)}: it "
+            f"joins mesh axes that are not next to each other ({parts}), and that split "
+            "would cut one of them at a size that does not divide it, so a group would not "
+            f"be a regular slice of the mesh; split at their boundaries instead, e.g. {fits}"
+        )
 
     # ------------------------------------------------------------------- queries
 

@@ -315,3 +315,30 @@ def test_tp_across_hosts_warns_once(ranks):
     assert "Put 'tp' last" in messages[0]
     assert "[0 h0]" in picture and "2 h1" in picture
     assert "tp  2 ranks per group, 2 groups: crosses hosts" in picture
+
+
+def _unflatten(rank, world):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    world_mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("world",))
+    mesh = world_mesh.unflatten("world", (2, 2), ("dp", "tp"))
+    sums = {}
+    for name in ("dp", "tp"):
+        t = torch.tensor([float(rank)])
+        dist.all_reduce(t, group=mesh.get_group(name))
+        sums[name] = (_ranks(mesh.get_group(name)), t.item())
+    # the same groups again, from the flattened pair: nothing new is created
+    again = mesh.flatten("dp_tp").unflatten(0, (2, 2), ("r", "s"))
+    reused = again.get_group("r") is mesh.get_group("dp") and (
+        again.get_group("s") is mesh.get_group("tp"))
+    dt = distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [Replicate(), Shard(0)])
+    return sums, reused, dt.to_local().tolist(), mesh.get_coordinate()
+
+
+def test_unflatten_on_gloo_runs_collectives_and_dtensor(ranks):
+    for rank, (sums, reused, local, coord) in enumerate(ranks(_unflatten, 4, timeout=60)):
+        dp, tp = [rank % 2, rank % 2 + 2], [rank - rank % 2, rank - rank % 2 + 1]
+        assert sums == {"dp": (dp, float(sum(dp))), "tp": (tp, float(sum(tp)))}
+        assert reused
+        assert tuple(coord) == (rank // 2, rank % 2)
+        assert local == ([[0.0, 1.0], [2.0, 3.0]] if rank % 2 == 0 else [[4.0, 5.0], [6.0, 7.0]])

@@ -141,3 +141,105 @@ def test_groups_partition_the_world_along_every_axis(shape, data):
     for n in keep:
         assert sub.group(rank, n) == lay.group(rank, n)
     assert np.array_equal(np.sort(sub.submesh(rank).ravel()), np.sort(lay.group(rank, keep)))
+
+
+# ------------------------------------------------------------------------ unflatten
+
+
+def test_unflatten_a_world_axis_is_init_device_mesh_of_that_shape():
+    world = MeshLayout.create((8,), ("world",))
+    lay = world.unflatten("world", (2, 2, 2), ("dp", "pp", "tp"))
+    root = MeshLayout.create((2, 2, 2), ("dp", "pp", "tp"))
+    assert lay.names == ("dp", "pp", "tp") and lay.shape == (2, 2, 2)
+    for rank in range(8):
+        assert lay.groups_of(rank) == root.groups_of(rank)
+        assert lay.coordinate(rank) == root.coordinate(rank)
+    assert world.unflatten(0, (4, -1), ("a", "b")).shape == (4, 2)
+
+
+def test_unflatten_keeps_the_other_axes_and_cuts_a_root_axis():
+    lay = MeshLayout.create((2, 8), ("dp", "rest"))
+    split = lay.unflatten("rest", (2, 4), ("cp", "tp"))
+    assert split.names == ("dp", "cp", "tp") and split.shape == (2, 2, 4)
+    assert split.group(13, "dp") == [5, 13]
+    assert split.group(13, "cp") == [9, 13]
+    assert split.group(13, "tp") == [12, 13, 14, 15]
+    # a flattened non-adjacent pair splits at its own boundary
+    flat = MeshLayout.create((2, 2, 3), ("a", "b", "c")).slice(("a", "c")).flatten("ac")
+    assert flat.unflatten(0, (2, 3), ("x", "y")).group(1, "y") == [0, 1, 2]
+    assert flat.unflatten(0, (2, 3), ("x", "y")).group(1, "x") == [1, 7]
+    # size-1 axes are fine anywhere
+    one = flat.unflatten(0, (1, 6, 1), ("u", "v", "w"))
+    assert one.group(7, "v") == [0, 1, 2, 6, 7, 8] and one.group(7, "u") == [7]
+
+
+def _reshape_oracle(view: MeshLayout, p: int, sizes: tuple[int, ...], rank: int):
+    """Groups and coordinate of ``rank`` after reshaping its sub-mesh's axis ``p``."""
+    shape = view.shape
+    grid = view.submesh(rank).reshape(shape[:p] + sizes + shape[p + 1:])
+    pos = tuple(int(i[0]) for i in np.nonzero(grid == rank))
+    groups = []
+    for j in range(grid.ndim):
+        index: list[object] = list(pos)
+        index[j] = slice(None)
+        groups.append(grid[tuple(index)].tolist())
+    return groups, pos
+
+
+def _factor(n: int, parts: int, data) -> tuple[int, ...]:
+    out = []
+    for _ in range(parts - 1):
+        d = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
+        out.append(d)
+        n //= d
+    return (*out, n)
+
+
+@settings(max_examples=80, deadline=None)
+@given(shape=shapes, data=st.data())
+def test_unflatten_equals_reshaping_the_axis(shape, data):
+    names = tuple(f"r{i}" for i in range(len(shape)))
+    lay = MeshLayout.create(shape, names)
+    keep = data.draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+    view = lay.slice(tuple(n for n in names if n in keep))
+    if view.ndim > 1 and data.draw(st.booleans()):
+        view = view.flatten("f")
+    p = data.draw(st.integers(0, view.ndim - 1))
+    sizes = _factor(view.shape[p], data.draw(st.integers(1, 3)), data)
+    new_names = tuple(f"n{i}" for i in range(len(sizes)))
+    contiguous = all(b == a + 1 for a, b in zip(view.axes[p], view.axes[p][1:]))
+    try:
+        split = view.unflatten(p, sizes, new_names)
+    except MeshError as exc:
+        assert not contiguous, exc  # only a split inside non-adjacent axes is refused
+        assert "not next to each other" in str(exc)
+        return
+    assert split.world_size == lay.world_size
+    for rank in range(lay.world_size):
+        groups, pos = _reshape_oracle(view, p, sizes, rank)
+        assert [split.group(rank, j) for j in range(split.ndim)] == groups
+        assert split.coordinate(rank) == pos
+
+
+@pytest.mark.parametrize(
+    ("sizes", "names", "message"),
+    [
+        ((2, 3), ("a", "b"), r"a\(2\) \* b\(3\) = 6: the sizes must multiply to 8"),
+        ((2, 2), ("a",), "one name per size"),
+        ((2, 4), ("dp", "x"), "'dp' appears more than once"),
+        ((-1, -1), ("a", "b"), "one of them may be -1"),
+        ((3, -1), ("a", "b"), "cannot infer the -1"),
+        ((0, 8), ("a", "b"), ">= 1"),
+        ((2, 4), "ab", "a tuple of names"),
+    ],
+)
+def test_bad_unflatten_says_why(sizes, names, message):
+    lay = MeshLayout.create((2, 8), ("dp", "tp"))
+    with pytest.raises(MeshError, match=message):
+        lay.unflatten("tp", sizes, names)
+
+
+def test_unflatten_refuses_an_irregular_split_and_suggests_one():
+    flat = MeshLayout.create((2, 2, 3), ("a", "b", "c")).slice(("a", "c")).flatten("ac")
+    with pytest.raises(MeshError, match=r"not next to each other .*e\.g\. \(2, 3\)"):
+        flat.unflatten(0, (3, 2), ("x", "y"))

@@ -92,3 +92,67 @@ def test_world_axis_reuses_the_default_group(fake_pg):
         assert mesh.get_group("dp") is dist.distributed_c10d._get_default_group()
         mesh2 = init_device_mesh("cpu", (2, 4), mesh_dim_names=("a", "b"))
         assert mesh2.flatten("ab").get_group() is dist.distributed_c10d._get_default_group()
+
+
+UNFLATTEN_CASES = [
+    # (root shape, names, slice to take or None, axis, sizes, new names)
+    ((8,), ("world",), None, "world", (2, 2, 2), ("dp", "pp", "tp")),
+    ((2, 8), ("dp", "rest"), None, "rest", (2, 4), ("cp", "tp")),
+    ((2, 8), ("dp", "rest"), ("rest",), "rest", (4, 2), ("cp", "tp")),
+    ((2, 2, 4), ("a", "b", "c"), ("a", "c"), "c", (2, 2), ("c0", "c1")),
+    ((4, 4), ("dp", "tp"), None, "dp", (2, 1, 2), ("r", "one", "s")),
+]
+
+
+@pytest.mark.parametrize(("shape", "names", "pick", "axis", "sizes", "new"), UNFLATTEN_CASES)
+def test_unflatten_matches_torch(fake_pg, shape, names, pick, axis, sizes, new):
+    world = 1
+    for s in shape:
+        world *= s
+    for rank in (0, world // 2 + 1, world - 1):
+        with fake_pg(rank, world):
+            tm = torch_init_device_mesh("cpu", shape, mesh_dim_names=names)
+            ours = init_device_mesh("cpu", shape, mesh_dim_names=names)
+            if pick is not None:
+                tm, ours = tm[pick], ours[pick]
+            tu = tm._unflatten(axis, sizes, new)
+            ou = ours.unflatten(axis, sizes, new)
+            assert ou.mesh_dim_names == tu.mesh_dim_names
+            assert ou.mesh.tolist() == tu.mesh.tolist()
+            assert ou.get_coordinate() == tu.get_coordinate()
+            for n in tu.mesh_dim_names:
+                assert _ranks(ou.get_group(n)) == _ranks(tu.get_group(n)), (rank, n)
+                assert ou.get_local_rank(n) == tu.get_local_rank(n)
+            # torch's private spelling gives ours too, and the same mesh again
+            assert ours._unflatten(axis, sizes, new) is ou
+
+
+def test_unflatten_reuses_groups_instead_of_duplicating_them(fake_pg):
+    created = []
+    original = dist.new_group
+
+    def counting(*args, **kwargs):
+        created.append(args[0] if args else kwargs.get("ranks"))
+        return original(*args, **kwargs)
+
+    with fake_pg(5, 8):
+        mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+        dist.new_group = counting
+        try:
+            flat = mesh["dp", "tp"]._flatten("dp_tp")  # torch's spelling: ours, registered
+            assert mesh["dp_tp"] is flat
+            assert created == [[0, 1, 4, 5]]
+            split = flat.unflatten(0, (2, 2), ("dp2", "tp2"))  # same groups as dp and tp
+            assert split.get_group("dp2") is mesh.get_group("dp")
+            assert split.get_group("tp2") is mesh.get_group("tp")
+            again = mesh.unflatten("tp", (2, 1), ("t", "one"))  # t = tp; "one" is new
+            assert again.get_group("t") is mesh.get_group("tp")
+            assert created == [[0, 1, 4, 5], [5]]
+            assert mesh.flatten("all").get_group() is dist.distributed_c10d._get_default_group()
+        finally:
+            dist.new_group = original
+        # torch 2.13 makes a new group for every axis of every unflatten
+        tm = torch_init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+        before = len(dist.distributed_c10d._world.pg_map)
+        tm["dp", "tp"]._flatten("dp_tp")._unflatten(0, (2, 2), ("dp2", "tp2"))
+        assert len(dist.distributed_c10d._world.pg_map) - before == 3
