@@ -71,7 +71,7 @@ def _skip_dynamo(code: Any) -> bool:
 
 
 def _classify(func: Any) -> tuple[Any, Any]:
-    """``(None | _HOP | OpClass, callable)`` for an op, cached under ``id(func)``.
+    """``(None | _HOP | OpClass | BatchP2P, callable)`` for an op, cached under ``id(func)``.
 
     Keyed by id because ``OpOverload.__hash__`` is Python code; op overloads live for
     the whole process (``_KEEP`` makes sure), so an id is never reused. The callable is
@@ -80,7 +80,8 @@ def _classify(func: Any) -> tuple[Any, Any]:
     if isinstance(func, torch._ops.HigherOrderOperator):
         entry: tuple[Any, Any] = (_HOP, func)
     else:
-        entry = (registry.classify(func), getattr(func, "_op", func))
+        cls: Any = registry.classify(func) or registry.batch_p2p_class(func)
+        entry = (cls, getattr(func, "_op", func))
     _KEEP.append(func)
     _CLASSES[id(func)] = entry
     return entry
@@ -189,7 +190,10 @@ class CommDebugMode(TorchDispatchMode):
             return NotImplemented
         out = call(*args, **kwargs) if kwargs else call(*args)
         if cls is not None:
-            self._count(cls, rec, phase, args, kwargs, out)
+            if type(cls) is registry.BatchP2P:
+                self._count_batch(cls, rec, phase, args, kwargs)
+            else:
+                self._count(cls, rec, phase, args, kwargs, out)
         if self.record_ops and _fake_mode(_FAKE) is None:
             # Ops under a fake mode are DTensor's sharding propagation, not the model's.
             rec.ops.append((func, phase, None))
@@ -198,6 +202,33 @@ class CommDebugMode(TorchDispatchMode):
     def _count(
         self, cls: registry.OpClass, rec: ModuleRecord, phase: int, args: Any, kwargs: Any, out: Any
     ) -> None:
+        try:
+            nbytes, dtype = registry.payload(cls, args, kwargs, out)
+        except Exception as exc:  # never let bookkeeping break the user's job
+            logger.debug("cannot size %s: %s", cls.key, exc)
+            nbytes, dtype = 0, ""
+        group_value = None
+        if 0 <= cls.group_arg < len(args):
+            group_value = args[cls.group_arg]
+        elif kwargs and cls.group_arg >= 0:
+            group_value = kwargs.get(cls.arg_names[cls.group_arg])
+        self._add(cls, rec, phase, nbytes, dtype, group_value)
+
+    def _count_batch(
+        self, batch: registry.BatchP2P, rec: ModuleRecord, phase: int, args: Any, kwargs: Any
+    ) -> None:
+        try:
+            items, group_value = registry.batch_p2p_items(batch, args, kwargs)
+        except Exception as exc:  # never let bookkeeping break the user's job
+            logger.debug("cannot read batch_p2p_ops arguments: %s", exc)
+            return
+        for cls, nbytes, dtype in items:
+            self._add(cls, rec, phase, nbytes, dtype, group_value)
+
+    def _add(
+        self, cls: registry.OpClass, rec: ModuleRecord, phase: int, nbytes: int, dtype: str,
+        group_value: Any,
+    ) -> None:
         key = cls.key
         counts = self.comm_counts
         counts[key] = dict.get(counts, key, 0) + 1
@@ -205,16 +236,6 @@ class CommDebugMode(TorchDispatchMode):
         for target in (rec, *rec.ancestors):
             c = target.phase_counts()[bucket]
             c[key] = dict.get(c, key, 0) + 1
-        try:
-            nbytes, dtype = registry.payload(cls, args, kwargs, out)
-        except Exception as exc:  # never let bookkeeping break the user's job
-            logger.debug("cannot size %s: %s", key, exc)
-            nbytes, dtype = 0, ""
-        group_value = None
-        if 0 <= cls.group_arg < len(args):
-            group_value = args[cls.group_arg]
-        elif kwargs and cls.group_arg >= 0:
-            group_value = kwargs.get(cls.arg_names[cls.group_arg])
         group = registry.group_info(group_value, self._groups)
         if (
             group.name not in self._searched

@@ -29,7 +29,10 @@ from commscope import collectives
 
 __all__ = [
     "COLLECTIVE_NAMESPACES",
+    "BatchP2P",
     "OpClass",
+    "batch_p2p_class",
+    "batch_p2p_items",
     "classify",
     "GroupInfo",
     "group_info",
@@ -103,6 +106,52 @@ def classify(func: Any) -> OpClass | None:
             group_arg = i
             break
     return OpClass(key=key, collective=collective, arg_names=arg_names, group_arg=group_arg)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchP2P:
+    """``_c10d_functional.batch_p2p_ops`` (what ``batch_isend_irecv`` becomes under
+    ``torch.compile``): one op holding several sends and recvs, counted one by one as
+    ``isend`` / ``irecv``, as eager ``batch_isend_irecv`` is counted as ``send`` /
+    ``recv``."""
+
+    send: OpClass
+    """How each ``isend`` of the batch is counted."""
+    recv: OpClass
+    """How each ``irecv`` of the batch is counted."""
+
+
+def batch_p2p_class(func: Any) -> BatchP2P | None:
+    """The :class:`BatchP2P` of a ``batch_p2p_ops`` overload, ``None`` for any other op."""
+    if getattr(func, "namespace", None) != "_c10d_functional":
+        return None
+    packet = getattr(func, "_overloadpacket", None)
+    if packet is None or packet.__name__ != "batch_p2p_ops":
+        return None
+    try:
+        send = classify(torch.ops._c10d_functional.isend.default)
+        recv = classify(torch.ops._c10d_functional.irecv.default)
+    except (AttributeError, RuntimeError):
+        return None
+    if send is None or recv is None:
+        return None
+    return BatchP2P(send=send, recv=recv)
+
+
+def batch_p2p_items(
+    batch: BatchP2P, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+) -> tuple[list[tuple[OpClass, int, str]], Any]:
+    """``([(class, bytes, dtype) per send/recv], group name)`` of one ``batch_p2p_ops``
+    call (schema: ``op_list, peer_list, tag_list, tensors, group_name``)."""
+    named = dict(zip(("op_list", "peer_list", "tag_list", "tensors", "group_name"), args))
+    if kwargs:
+        named.update(kwargs)
+    items = []
+    for op, tensor in zip(named.get("op_list") or (), named.get("tensors") or ()):
+        cls = batch.recv if "recv" in str(op) else batch.send
+        dtype = collectives.normalize_dtype_name(str(tensor.dtype))
+        items.append((cls, tensor.numel() * tensor.element_size(), dtype))
+    return items, named.get("group_name")
 
 
 def pytorch_registry() -> set[Any]:

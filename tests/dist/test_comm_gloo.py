@@ -97,6 +97,17 @@ def _calls(rank: int, world_size: int):
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
+    def functional_batch_p2p():  # what batch_isend_irecv becomes under torch.compile
+        outs = torch.ops._c10d_functional.batch_p2p_ops(
+            ["isend", "irecv"],
+            [(rank + 1) % world_size, (rank - 1) % world_size],
+            [0, 0],
+            [torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)],
+            group.group_name,
+        )
+        for out in outs:
+            torch.ops._c10d_functional.wait_tensor(out)
+
     return {
         "all_reduce": lambda: dist.all_reduce(t),
         "all_reduce async": lambda: dist.all_reduce(t, async_op=True).wait(),
@@ -127,6 +138,7 @@ def _calls(rank: int, world_size: int):
         "barrier": lambda: dist.barrier(),
         "send/recv": p2p,
         "batch_isend_irecv": batch_p2p,
+        "functional batch_p2p_ops": functional_batch_p2p,
         "in-place all_reduce_": lambda: torch.ops._c10d_functional.wait_tensor(
             torch.ops._c10d_functional.all_reduce_(t, "sum", group.group_name)
         ),
@@ -160,6 +172,7 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
         "barrier": {"c10d.barrier": 1},
         "in-place all_reduce_": {"_c10d_functional.all_reduce_": 1},
         "batch_isend_irecv": {"c10d.send": 1, "c10d.recv_": 1},
+        "functional batch_p2p_ops": {"c10d_functional.isend": 1, "c10d_functional.irecv": 1},
     }
     for rank, res in enumerate(results):
         for name, got in res.items():
@@ -179,3 +192,5 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
         assert res["reduce_scatter_tensor"]["bytes"] == [32]
         assert res["funcol.all_gather_tensor"]["bytes"] == [32]
         assert res["scatter"]["bytes"] == [16] and res["gather"]["bytes"] == [16]
+        assert res["functional batch_p2p_ops"]["bytes"] == [32, 32]
+        assert res["functional batch_p2p_ops"]["collectives"] == ["send", "recv"]
