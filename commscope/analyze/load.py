@@ -18,7 +18,8 @@ Algorithm (:func:`load_dumps`):
    (:func:`commscope.analyze.extract.extract_dump`); the rank inside the file wins over
    the one in its name.
 4. With many files, steps 2-3 run in a pool of worker processes (``jobs``); workers send
-   back compact columns, never the raw entries.
+   back compact columns, never the raw entries. The parent asks the kernel to read a
+   window of files ahead of the workers, so disk or network reads overlap parsing.
 5. **Merge**: signatures are interned into one table; two files claiming one rank keep
    the one with the later dump time, then more records, then the smaller path, and
    the other is reported as a duplicate. An unreadable file whose name does not look
@@ -62,6 +63,8 @@ _NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>(?:\.(?:json|pkl|pickle)
 _SCRATCH = re.compile(r"\.(tmp|part|partial|swp|lock)\w*$|~$")
 """Half-written files of atomic writers (``rank_0.tmp1234``) are not dumps."""
 _PARALLEL_MIN_FILES = 64
+_PREFETCH_FILES = 128
+"""How many files ahead of the workers the kernel is asked to read (parallel loads)."""
 _MAX_DEPTH = 3
 
 
@@ -257,6 +260,37 @@ def _chunks(files: Sequence[Any], jobs: int) -> list[Sequence[Any]]:
     return out + [files[i:i + 1] for i in range(head, len(files))]
 
 
+class _Prefetch:
+    """Ask the kernel to read the next files ahead (``posix_fadvise(WILLNEED)``) while
+    the workers parse the ones before them, a bounded window at a time: a cold disk or
+    a network file system then overlaps with parsing instead of stalling it."""
+
+    def __init__(self, files: Sequence[tuple[str, int | None]], window: int) -> None:
+        self.files = files
+        self.window = window
+        self.next = 0
+        self.enabled = hasattr(os, "posix_fadvise")
+
+    def up_to(self, done: int) -> None:
+        """Make sure files up to ``done + window`` have been asked for."""
+        if not self.enabled:
+            return
+        stop = min(len(self.files), done + self.window)
+        while self.next < stop:
+            path = self.files[self.next][0]
+            self.next += 1
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue  # reading it later reports the problem
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                self.enabled = False  # a file system without read-ahead: stop asking
+            finally:
+                os.close(fd)
+
+
 def _iter_loaded(
     files: Sequence[tuple[str, int | None]], jobs: int
 ) -> Iterable[list[RankDump | Unreadable]]:
@@ -265,10 +299,16 @@ def _iter_loaded(
             yield _load_chunk([item])
         return
     chunks = _chunks(files, jobs)
+    prefetch = _Prefetch([f for chunk in chunks for f in chunk], _PREFETCH_FILES)
+    prefetch.up_to(0)
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
+    done = 0
     with ctx.Pool(jobs) as pool:
-        yield from pool.imap_unordered(_load_chunk, chunks)
+        for batch in pool.imap_unordered(_load_chunk, chunks):
+            done += len(batch)
+            prefetch.up_to(done)
+            yield batch
 
 
 def load_dumps(

@@ -233,3 +233,27 @@ def test_scratch_and_odd_files_do_not_invent_ranks(tmp_path):
     assert result.expected == [0, 1, 2, 3] and result.missing == []
     assert [Path(u.file).name for u in result.unreadable] == ["checkpoint_step_10000"]
     assert _root(result) == ("missing_rank", [2], 4)
+
+
+def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path, monkeypatch):
+    import os
+
+    from commscope.analyze import load
+
+    asked = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: asked.append(advice),
+                        raising=False)
+    monkeypatch.setattr(os, "POSIX_FADV_WILLNEED", 3, raising=False)
+    files = []
+    for i in range(10):
+        path = tmp_path / f"rank_{i}"
+        if i != 1:  # rank_1 is missing: skipped, nothing raised
+            path.write_bytes(b"x")
+        files.append((str(path), i))
+    prefetch = load._Prefetch(files, window=3)
+    prefetch.up_to(0)
+    assert prefetch.next == 3 and len(asked) == 2
+    prefetch.up_to(5)
+    assert prefetch.next == 8 and len(asked) == 7
+    prefetch.up_to(100)
+    assert prefetch.next == 10 and len(asked) == 9 and set(asked) == {3}
