@@ -212,10 +212,27 @@ def _single_process_losses():
     return out
 
 
-def _hsdp_losses(rank, world, which):
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+def _hsdp_losses(rank, world, which, torch_mesh=False):
+    if torch_mesh:
+        from torch.distributed.device_mesh import init_device_mesh as torch_init_device_mesh
+
+        mesh = torch_init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+    else:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
     model, data = _model_and_data()
-    if which == "fsdp2":
+    if which == "fsdp2-spmd":
+        # FSDP2 on the full mesh, sharding over both axes: torch flattens them with
+        # mesh[...]._flatten(), which is our flatten (one group over all four ranks).
+        from torch.distributed.fsdp import DataParallelMeshDims, fully_shard
+        from torch.distributed.tensor import distribute_module
+
+        distribute_module(model, mesh)  # parameters replicated on the mesh
+        fully_shard(model, mesh=mesh, dp_mesh_dims=DataParallelMeshDims(
+            shard=("dp_replicate", "dp_shard")))
+        placements = [str(p.placements) for p in model.parameters()]
+        if not torch_mesh:
+            assert mesh["dp_replicate_dp_shard"].get_group() is dist.group.WORLD
+    elif which == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
         for layer in model:
@@ -236,14 +253,34 @@ def _hsdp_losses(rank, world, which):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for x, y in data:
-        loss = ((model(x.chunk(world)[rank]) - y.chunk(world)[rank]) ** 2).mean()
+        x, y = x.chunk(world)[rank], y.chunk(world)[rank]
+        if which == "fsdp2-spmd":  # the whole step in DTensors: the batch split over both axes
+            from torch.distributed.tensor import DTensor, Shard
+
+            x, y = (DTensor.from_local(t, mesh, [Shard(0), Shard(0)]) for t in (x, y))
+        loss = ((model(x) - y) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if which == "fsdp2-spmd":
+            losses.append(loss.full_tensor().item())
+            continue
         t = loss.detach().clone()
         dist.all_reduce(t)
         losses.append(t.item() / world)
     return losses, placements
+
+
+def test_fsdp2_on_the_full_spmd_mesh_flattens_through_ours_like_torch(ranks):
+    # FSDP2's dp_mesh_dims path calls mesh[...]._flatten(): on our mesh that is our
+    # flatten. The losses must be torch's own, bit for bit (torch's SPMD path does not
+    # reproduce the single-process losses exactly, on its own mesh either).
+    theirs = ranks(_hsdp_losses, 4, "fsdp2-spmd", True, timeout=90)
+    ours = ranks(_hsdp_losses, 4, "fsdp2-spmd", False, timeout=90)
+    assert ours == theirs
+    for losses, placements in ours:
+        assert len(losses) == 3 and placements
+        assert all(p == "(Shard(dim=0),)" for p in placements), placements  # on the flat mesh
 
 
 @pytest.mark.parametrize("which", ["fsdp2", "fsdp1"])
