@@ -39,6 +39,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import stat
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -279,12 +280,13 @@ class _Prefetch:
         while self.next < stop:
             path = self.files[self.next][0]
             self.next += 1
-            try:
-                fd = os.open(path, os.O_RDONLY)
+            try:  # non-blocking: a FIFO planted among the dumps must not stall us
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             except OSError:
                 continue  # reading it later reports the problem
             try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
             except OSError:
                 self.enabled = False  # a file system without read-ahead: stop asking
             finally:

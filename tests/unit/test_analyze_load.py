@@ -257,3 +257,18 @@ def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path
     assert prefetch.next == 8 and len(asked) == 7
     prefetch.up_to(100)
     assert prefetch.next == 10 and len(asked) == 9 and set(asked) == {3}
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_among_many_dumps_is_named_not_waited_on(tmp_path):
+    import os
+
+    from commscope.analyze.load import load_dumps
+    from commscope.analyze.synth import write_scale_dumps
+
+    write_scale_dumps(tmp_path, 70, 20)  # enough files for worker processes and read-ahead
+    os.mkfifo(tmp_path / "rank_70")
+    result = load_dumps(tmp_path, jobs=2)
+    assert sorted(result.dumps) == list(range(70))
+    assert [(os.path.basename(u.file), u.error) for u in result.unreadable] == [
+        ("rank_70", "empty file (0 bytes)")]
