@@ -66,6 +66,8 @@ _SCRATCH = re.compile(r"\.(tmp|part|partial|swp|lock)\w*$|~$")
 _PARALLEL_MIN_FILES = 64
 _PREFETCH_FILES = 128
 """How many files ahead of the workers the kernel is asked to read (parallel loads)."""
+_PREFETCH_BYTES = 8 << 20
+"""At most this much of each file is read ahead (a 20 000-record dump is ~5 MB)."""
 _MAX_DEPTH = 3
 
 
@@ -285,8 +287,12 @@ class _Prefetch:
             except OSError:
                 continue  # reading it later reports the problem
             try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode):
+                    # The head only of a huge file: a 50 GB checkpoint named like a
+                    # dump (``checkpoint_10000``) is refused after its first bytes.
+                    size = min(info.st_size, _PREFETCH_BYTES)
+                    os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
             except OSError:
                 self.enabled = False  # a file system without read-ahead: stop asking
             finally:

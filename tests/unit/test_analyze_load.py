@@ -241,14 +241,16 @@ def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path
     from commscope.analyze import load
 
     asked = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: asked.append(advice),
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, offset, length, advice: asked.append((offset, length, advice)),
                         raising=False)
     monkeypatch.setattr(os, "POSIX_FADV_WILLNEED", 3, raising=False)
+    monkeypatch.setattr(load, "_PREFETCH_BYTES", 5)  # only the head of a big file
     files = []
     for i in range(10):
         path = tmp_path / f"rank_{i}"
         if i != 1:  # rank_1 is missing: skipped, nothing raised
-            path.write_bytes(b"x")
+            path.write_bytes(b"x" * (3 if i % 2 else 9))
         files.append((str(path), i))
     prefetch = load._Prefetch(files, window=3)
     prefetch.up_to(0)
@@ -256,7 +258,9 @@ def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path
     prefetch.up_to(5)
     assert prefetch.next == 8 and len(asked) == 7
     prefetch.up_to(100)
-    assert prefetch.next == 10 and len(asked) == 9 and set(asked) == {3}
+    assert prefetch.next == 10 and len(asked) == 9
+    assert [length for _, length, _ in asked] == [5, 5, 3, 5, 3, 5, 3, 5, 3]
+    assert {(offset, advice) for offset, _, advice in asked} == {(0, 3)}
 
 
 @pytest.mark.timeout(60)
