@@ -194,6 +194,14 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     p2p_at: dict[int, tuple[int, float]] = {}
     p2p_tids = _p2p_tracks([a.load.dumps[r] for r in ranks], len(tids))
     sigs = a.load.sigs.sigs
+    size_texts: dict[int, str] = {}  # every rank repeats the same few signatures
+
+    def sizes(sig_id: int) -> str:
+        text = size_texts.get(sig_id)
+        if text is None:
+            text = size_texts[sig_id] = sigs[sig_id].sizes_text()
+        return text
+
     source = FrameSource(a.load)
     for r in ranks:
         d = a.load.dumps[r]
@@ -219,7 +227,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                     "ph": "X", "pid": r, "tid": tid, "ts": ts, "dur": (end - start) / 1000.0,
                     "name": f"{'STUCK ' if is_stuck else ''}{sig.op} #{seq}", "cat": "collective",
                     "args": {"group": key, "collective_seq_id": seq,
-                             "profiling_name": sig.profiling_name, "sizes": sig.sizes_text(),
+                             "profiling_name": sig.profiling_name, "sizes": sizes(t.sig[i]),
                              "finished": finished, "stuck": is_stuck},
                 }
                 if is_stuck:
@@ -242,7 +250,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                     "cat": "p2p",
                     "args": {"group": key, "p2p_seq_id": op.p2p_seq, "peer": op.peer,
                              "profiling_name": sigs[op.sig].profiling_name,
-                             "sizes": sigs[op.sig].sizes_text(), "finished": finished,
+                             "sizes": sizes(op.sig), "finished": finished,
                              "stuck": not finished},
                 }
                 if not finished:
