@@ -98,20 +98,19 @@ def _horizon(a: Analysis) -> tuple[int, int]:
 
 
 def _stuck_keys(a: Analysis) -> set[tuple[str, int]]:
-    done: set[tuple[str, int]] = set()
-    for key, view in a.views.items():
-        for r in view.spans:
-            t = a.load.dumps[r].tracks.get(key)
-            if t is None:
-                continue
-            for i, s in enumerate(t.status):
-                if s & _DONE and t.sig[i] != GAP:
-                    done.add((key, t.lo + i))
+    """``(group, seq)`` of the collectives some rank waits in and no rank finished."""
+    pending = {(g, seq) for d in a.load.dumps.values() for g, seq, _ in d.pending if seq >= 0}
     stuck = set()
-    for d in a.load.dumps.values():
-        for g, seq, _ in d.pending:
-            if seq >= 0 and (g, seq) not in done:
-                stuck.add((g, seq))
+    for key, seq in pending:
+        view = a.views.get(key)
+        ranks = view.spans if view is not None else ()
+        for r in ranks:
+            t = a.load.dumps[r].tracks.get(key)
+            i = seq - t.lo if t is not None else -1
+            if 0 <= i < len(t.status) and t.status[i] & _DONE and t.sig[i] != GAP:
+                break  # finished somewhere: not stuck
+        else:
+            stuck.add((key, seq))
     return stuck
 
 
