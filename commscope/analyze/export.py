@@ -83,7 +83,9 @@ def _horizon(a: Analysis) -> tuple[int, int]:
         for t in d.tracks.values():
             if not len(t):
                 continue
-            lo = min((c for c in t.created if c > 0), default=None)
+            lo = min(t.created)  # C-level; gaps (0) and odd values need the filter
+            if lo <= 0:
+                lo = min((c for c in t.created if c > 0), default=None)
             if lo is not None:
                 t0 = lo if t0 is None else min(t0, lo)
             t1 = max(t1, max(t.created))
