@@ -165,11 +165,14 @@ def init_device_mesh(
         )
     layout = MeshLayout.create(shape, names, world_size=world)
     _set_cuda_device(device_type)
-    groups = _create_groups(layout, rank, _choose_creation(group_creation), timeout, backend)
+    creation = _choose_creation(group_creation)
+    groups = _create_groups(layout, rank, creation, timeout, backend)
     per_host = ranks_per_host or ranks_per_host_from_env(world)
     if per_host < world:
         warn_fast_axes_crossing_hosts(axis_locality(layout, per_host), per_host, world)
-    return DeviceMesh._root_from_groups(device_type, layout, groups, per_host)
+    mesh = DeviceMesh._root_from_groups(device_type, layout, groups, per_host)
+    mesh._cs_creation = creation
+    return mesh
 
 
 class DeviceMesh(TorchDeviceMesh):
@@ -194,6 +197,7 @@ class DeviceMesh(TorchDeviceMesh):
     _cs_base: DeviceMesh | None
     _cs_known: dict[tuple[int, ...], Any]
     _cs_unflat: dict[MeshLayout, DeviceMesh]
+    _cs_creation: Literal["local", "all"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -229,6 +233,7 @@ class DeviceMesh(TorchDeviceMesh):
         mesh._cs_base = base
         mesh._cs_known = {}
         mesh._cs_unflat = {}
+        mesh._cs_creation = "local"
         if root is None:
             rank = mesh.get_rank()
             for i, pg in enumerate(groups):
@@ -269,7 +274,9 @@ class DeviceMesh(TorchDeviceMesh):
         layout = MeshLayout.create(shape, mesh.mesh_dim_names, world_size=dist.get_world_size())
         groups = mesh.get_all_groups()
         per_host = ranks_per_host or ranks_per_host_from_env(layout.world_size)
-        return cls._root_from_groups(mesh.device_type, layout, groups, per_host)
+        ours = cls._root_from_groups(mesh.device_type, layout, groups, per_host)
+        ours._cs_creation = _choose_creation("auto")
+        return ours
 
     # ------------------------------------------------------------------ queries
 
@@ -403,7 +410,7 @@ class DeviceMesh(TorchDeviceMesh):
         if self.ndim == 1:
             pg = self._cs_groups[0]
         else:
-            pg = root._group_for(layout.group(self.get_rank(), 0), f"mesh_{flat_name}")
+            pg = root._group_for(layout, 0, f"mesh_{flat_name}")
         tm = TorchDeviceMesh.from_group(pg, self.device_type, mesh_dim_names=(flat_name,))
         flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
         root._cs_flat[flat_name] = flat
@@ -448,7 +455,7 @@ class DeviceMesh(TorchDeviceMesh):
             elif i > p + added:
                 groups.append(self._cs_groups[i - added])
             else:
-                groups.append(root._group_for(layout.group(rank, i), f"mesh_{name}", backend))
+                groups.append(root._group_for(layout, i, f"mesh_{name}", backend))
         if layout.ndim == 1:
             tm = TorchDeviceMesh.from_group(groups[0], self.device_type,
                                             mesh_dim_names=layout.names)
@@ -461,20 +468,36 @@ class DeviceMesh(TorchDeviceMesh):
             root._cs_unflat[layout] = mesh
         return mesh
 
-    def _group_for(self, ranks: list[int], desc: str, backend: str | None = None) -> Any:
-        """The calling rank's group over ``ranks``: an existing one with those ranks, the
-        default group for the whole world, or a new one made by its members only.
-        Called on the root, which remembers every group its meshes hold."""
-        key = tuple(ranks)
+    def _group_for(
+        self, layout: MeshLayout, axis: int, desc: str, backend: str | None = None
+    ) -> Any:
+        """The calling rank's group along ``axis`` of ``layout``: an existing one with
+        the same ranks, the default group for the whole world, or a new one. Called on
+        the root, which remembers every group its meshes hold and how the job creates
+        groups: by their members only, or (``group_creation="all"``: MPI, torchcomms)
+        every rank creating every group of the axis, in PyTorch's order.
+
+        Every rank takes the same branch: the groups of one axis are translates of one
+        another, so when the calling rank's group is known, every rank's group is.
+        """
+        rank = self.get_rank()
+        key = tuple(layout.group(rank, axis))
         if backend is None:
             known = self._cs_known.get(key)
             if known is not None:
                 return known
             if len(key) == self._cs_layout.world_size:
                 return dist.distributed_c10d._get_default_group()
-        pg = dist.new_group(
-            ranks, backend=backend, use_local_synchronization=True, group_desc=desc
-        )
+        if self._cs_creation == "all":
+            pg = None
+            for row in layout.all_groups(axis).tolist():
+                created = dist.new_group(row, backend=backend, group_desc=desc)
+                if rank in row:
+                    pg = created
+        else:
+            pg = dist.new_group(
+                list(key), backend=backend, use_local_synchronization=True, group_desc=desc
+            )
         if backend is None:
             self._cs_known[key] = pg
         return pg

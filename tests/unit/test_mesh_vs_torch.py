@@ -156,3 +156,30 @@ def test_unflatten_reuses_groups_instead_of_duplicating_them(fake_pg):
         before = len(dist.distributed_c10d._world.pg_map)
         tm["dp", "tp"]._flatten("dp_tp")._unflatten(0, (2, 2), ("dp2", "tp2"))
         assert len(dist.distributed_c10d._world.pg_map) - before == 3
+
+
+def test_flatten_and_unflatten_follow_the_all_ranks_creation_mode(fake_pg):
+    # MPI and torchcomms need every rank to create every group (group_creation="all"):
+    # flatten and unflatten must too, or the ranks outside a group would hang.
+    calls = []
+    original = dist.new_group
+
+    def counting(ranks=None, *args, **kwargs):
+        calls.append((list(ranks), bool(kwargs.get("use_local_synchronization"))))
+        return original(ranks, *args, **kwargs)
+
+    with fake_pg(5, 8):
+        mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"),
+                                group_creation="all")
+        dist.new_group = counting
+        try:
+            flat = mesh["dp", "tp"].flatten("dp_tp")
+            assert calls == [([0, 1, 4, 5], False), ([2, 3, 6, 7], False)]
+            assert _ranks(flat.get_group()) == [0, 1, 4, 5]
+            calls.clear()
+            split = mesh.unflatten("tp", (2, 1), ("t", "one"))
+            assert split.get_group("t") is mesh.get_group("tp")  # reused: no call
+            assert calls == [([r], False) for r in range(8)]  # every rank, every group
+            assert _ranks(split.get_group("one")) == [5]
+        finally:
+            dist.new_group = original
