@@ -175,6 +175,21 @@ def init_device_mesh(
     return mesh
 
 
+def _group_name(pg: Any) -> str | None:
+    return None if pg is None else str(pg.group_name)
+
+
+def _resolve_group(name: str | None) -> Any:
+    """The process group called ``name`` in this process, or ``None``."""
+    if name is None:
+        return None
+    try:
+        return dist.distributed_c10d._resolve_process_group(name)
+    except Exception:  # unpickled where that group does not exist (torch warns too)
+        logger.warning("commscope mesh: process group %r does not exist in this process", name)
+        return None
+
+
 class DeviceMesh(TorchDeviceMesh):
     """An n-D named mesh of ranks with this rank's process group along each axis.
 
@@ -549,6 +564,26 @@ class DeviceMesh(TorchDeviceMesh):
                     mesh_dim_names=self.axis_names,
                 )
         return self._cs_torch
+
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without process groups (as torch's mesh does): they are kept by name.
+
+        ``torch.save`` of a DTensor pickles its mesh, and so does ``copy.deepcopy``.
+        """
+        state = dict(super().__getstate__())
+        state["_cs_groups"] = [_group_name(pg) for pg in self._cs_groups]
+        state["_cs_known"] = {k: _group_name(pg) for k, pg in self._cs_known.items()}
+        state["_cs_torch"] = None  # rebuilt on demand
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore, finding the groups by name in this process (``None`` if absent)."""
+        super().__setstate__(state)
+        self._cs_groups = [_resolve_group(name) for name in self._cs_groups]
+        self._cs_known = {k: pg for k, name in self._cs_known.items()
+                          if (pg := _resolve_group(name)) is not None}
 
     # ------------------------------------------------------------------ display
 

@@ -379,3 +379,26 @@ def test_unflatten_on_gloo_runs_collectives_and_dtensor(ranks):
         assert reused
         assert tuple(coord) == (rank // 2, rank % 2)
         assert local == ([[0.0, 1.0], [2.0, 3.0]] if rank % 2 == 0 else [[4.0, 5.0], [6.0, 7.0]])
+
+
+def _save_and_load(rank, world, folder):
+    import os
+
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
+    model, _ = _model_and_data()
+    fully_shard(model, mesh=mesh)
+    path = os.path.join(folder, f"state_{rank}.pt")
+    torch.save(model.state_dict(), path)  # pickles each DTensor's mesh: ours
+    fresh, _ = _model_and_data()
+    for p in fresh.parameters():
+        torch.nn.init.zeros_(p)
+    fully_shard(fresh, mesh=mesh)
+    fresh.load_state_dict(torch.load(path, weights_only=False))
+    return all(torch.equal(a.to_local(), b.to_local())
+               for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+
+
+def test_torch_save_of_an_fsdp2_state_dict_on_our_mesh(ranks, tmp_path):
+    assert ranks(_save_and_load, 2, str(tmp_path), timeout=60) == [True, True]

@@ -183,3 +183,38 @@ def test_flatten_and_unflatten_follow_the_all_ranks_creation_mode(fake_pg):
             assert _ranks(split.get_group("one")) == [5]
         finally:
             dist.new_group = original
+
+
+def test_meshes_pickle_and_deepcopy_with_their_groups(fake_pg):
+    # torch.save of a DTensor pickles its mesh (and deepcopy copies it): groups are kept
+    # by name and found again, as torch's own mesh does.
+    import copy
+    import io
+    import pickle
+
+    import torch
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from commscope.mesh import DeviceMesh
+
+    with fake_pg(1, 4):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        flat = mesh.flatten("world")
+        split = mesh.unflatten("tp", (2, 1), ("t", "one"))
+        for original in (mesh, mesh["tp"], flat, split):
+            for clone in (pickle.loads(pickle.dumps(original)), copy.deepcopy(original)):
+                assert type(clone) is DeviceMesh
+                assert clone.mesh.tolist() == original.mesh.tolist()
+                for name in original.axis_names:
+                    assert clone.get_group(name) is original.get_group(name)
+                    assert clone.get_local_rank(name) == original.get_local_rank(name)
+        again = pickle.loads(pickle.dumps(mesh))
+        assert again["world"].get_group() is flat.get_group()  # flattened axes come along
+        dt = distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [Shard(0), Shard(1)])
+        buf = io.BytesIO()
+        torch.save({"w": dt}, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)["w"]
+        assert loaded.placements == dt.placements
+        assert torch.equal(loaded.to_local(), dt.to_local())
+        assert loaded.device_mesh.get_group("tp") is mesh.get_group("tp")
