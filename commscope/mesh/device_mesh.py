@@ -374,21 +374,19 @@ class DeviceMesh(TorchDeviceMesh):
     # ------------------------------------------------------------ slice, flatten
 
     def __getitem__(self, mesh_dim_names: str | tuple[str, ...]) -> DeviceMesh:  # type: ignore[override]
-        """A view of some axes, by name, in the mesh's order; creates no group."""
+        """A view of some axes, by name, in the mesh's order; creates no group.
+
+        On a root mesh, flattened axes may be taken too, alone or beside other axes
+        (``mesh["dp_cp", "tp"]``), as long as no root axis is taken twice.
+        """
         wanted = (mesh_dim_names,) if isinstance(mesh_dim_names, str) else tuple(mesh_dim_names)
         if len(wanted) == 1:
             flat = self._flat_axis(wanted[0]) if self._cs_root is None else None
             if flat is not None:
                 return flat
-        try:
-            layout = self._cs_layout.slice(wanted)
-        except MeshError as exc:
-            if self._cs_root is None and self._cs_flat and any(w in self._cs_flat for w in wanted):
-                raise MeshError(
-                    f"{exc}; a flattened axis ({', '.join(self._cs_flat)}) can only be "
-                    "taken on its own"
-                ) from None
-            raise
+        if self._cs_root is None and any(w in self._cs_flat for w in wanted):
+            return self._with_flat_axes(wanted)
+        layout = self._cs_layout.slice(wanted)
         if wanted == self._cs_layout.names:
             return self
         sub = TorchDeviceMesh.__getitem__(self, wanted)
@@ -396,6 +394,53 @@ class DeviceMesh(TorchDeviceMesh):
         groups = [self._cs_groups[p] for p in positions]
         base = self._cs_base if self._cs_base is not None else self
         return DeviceMesh._adopt(sub, layout, self.root, groups, self._cs_ranks_per_host, base)
+
+    def _with_flat_axes(self, wanted: tuple[str, ...]) -> DeviceMesh:
+        """A root's view mixing flattened axes with others: ``mesh["dp_cp", "tp"]``."""
+        root_layout = self._cs_layout
+        axes, groups = [], []
+        for w in wanted:
+            flat = self._cs_flat.get(w)
+            if flat is not None:
+                axes.append(flat._cs_layout.axes[0])
+                groups.append(flat._cs_groups[0])
+            elif w in root_layout.names:
+                i = root_layout.names.index(w)
+                axes.append(root_layout.axes[i])
+                groups.append(self._cs_groups[i])
+            else:
+                raise MeshError(f"unknown axis name {w!r}; valid names are {self._valid_names()}")
+        repeated = sorted({n for n in wanted if wanted.count(n) > 1})
+        if repeated:
+            raise MeshError(f"axis {', '.join(map(repr, repeated))} named twice in {wanted}")
+        joined = [a for axis in axes for a in axis]
+        if len(set(joined)) != len(joined):
+            raise MeshError(
+                f"{wanted} take a mesh axis twice: a flattened axis cannot be taken beside "
+                f"one of the axes it joins ({self._joins_text()})"
+            )
+        if joined != sorted(joined):
+            order = tuple(w for _, w in sorted(zip((a[0] for a in axes), wanted)))
+            raise MeshError(f"{wanted} is out of order: axes keep the mesh's order; write {order}")
+        if len(wanted) == 1:
+            return self._cs_flat[wanted[0]]
+        layout = MeshLayout(root_layout.root_shape, root_layout.root_names, tuple(axes), wanted)
+        cached = self._cs_unflat.get(layout)
+        if cached is not None:
+            return cached
+        grid = torch.as_tensor(layout.submesh(self.get_rank()), dtype=torch.int)
+        tm = TorchDeviceMesh.from_group(groups, self.device_type, mesh=grid,
+                                        mesh_dim_names=wanted)
+        view = DeviceMesh._adopt(tm, layout, self, groups, self._cs_ranks_per_host)
+        self._cs_unflat[layout] = view
+        return view
+
+    def _joins_text(self) -> str:
+        names = self._cs_layout.root_names
+        return "; ".join(
+            f"{n} joins {', '.join(names[a] for a in f._cs_layout.axes[0])}"
+            for n, f in self._cs_flat.items()
+        )
 
     def flatten(self, name: str | None = None) -> DeviceMesh:
         """Join all axes of this mesh (or slice) into one axis called ``name``.

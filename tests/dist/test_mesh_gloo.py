@@ -220,7 +220,20 @@ def _hsdp_losses(rank, world, which, torch_mesh=False):
     else:
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
     model, data = _model_and_data()
-    if which == "fsdp2-spmd":
+    if which == "fsdp2-cp":
+        # torchtitan's HSDP with context parallel: shard over the flattened (dp_shard,
+        # cp) axis, replicate over dp_replicate, on a view mixing the two.
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("dp_replicate", "dp_shard", "cp"))
+        mesh["dp_shard", "cp"].flatten("dp_shard_cp")
+        hsdp = mesh["dp_replicate", "dp_shard_cp"]
+        for layer in model:
+            if list(layer.parameters()):
+                fully_shard(layer, mesh=hsdp)
+        fully_shard(model, mesh=hsdp)
+        placements = [str(p.placements) for p in model.parameters()]
+    elif which == "fsdp2-spmd":
         # FSDP2 on the full mesh, sharding over both axes: torch flattens them with
         # mesh[...]._flatten(), which is our flatten (one group over all four ranks).
         from torch.distributed.fsdp import DataParallelMeshDims, fully_shard
@@ -283,12 +296,12 @@ def test_fsdp2_on_the_full_spmd_mesh_flattens_through_ours_like_torch(ranks):
         assert all(p == "(Shard(dim=0),)" for p in placements), placements  # on the flat mesh
 
 
-@pytest.mark.parametrize("which", ["fsdp2", "fsdp1"])
+@pytest.mark.parametrize("which", ["fsdp2", "fsdp1", "fsdp2-cp"])
 def test_hsdp_trains_like_a_single_process(ranks, which):
     expected = _single_process_losses()
     for losses, placements in ranks(_hsdp_losses, 4, which, timeout=90):
         assert losses == pytest.approx(expected, rel=1e-5)
-        if which == "fsdp2":
+        if which in ("fsdp2", "fsdp2-cp"):
             assert placements and all(p == "(Replicate(), Shard(dim=0))" for p in placements)
 
 

@@ -218,3 +218,30 @@ def test_meshes_pickle_and_deepcopy_with_their_groups(fake_pg):
         assert loaded.placements == dt.placements
         assert torch.equal(loaded.to_local(), dt.to_local())
         assert loaded.device_mesh.get_group("tp") is mesh.get_group("tp")
+
+
+def test_a_flattened_axis_beside_other_axes_slices_like_torch(fake_pg):
+    # torchtitan's HSDP + context parallel: mesh["dp_replicate", "dp_shard_cp"].
+    import warnings
+
+    from commscope.mesh import MeshError
+
+    names = ("dp_replicate", "dp_shard", "cp", "tp")
+    for rank in (0, 6, 13):
+        with fake_pg(rank, 16), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: slicing flattened axes is deprecated
+            tm = torch_init_device_mesh("cpu", (2, 2, 2, 2), mesh_dim_names=names)
+            ours = init_device_mesh("cpu", (2, 2, 2, 2), mesh_dim_names=names)
+            tm["dp_shard", "cp"]._flatten("dp_shard_cp")
+            ours["dp_shard", "cp"].flatten("dp_shard_cp")
+            for pick in (("dp_replicate", "dp_shard_cp"), ("dp_shard_cp", "tp"),
+                         ("dp_replicate", "dp_shard_cp", "tp")):
+                t, o = tm[pick], ours[pick]
+                assert o.mesh.tolist() == t.mesh.tolist(), (rank, pick)
+                for n in pick:
+                    assert _ranks(o.get_group(n)) == _ranks(t.get_group(n)), (rank, pick, n)
+                assert ours[pick] is o  # cached: no new object, no new group
+            with pytest.raises(MeshError, match="cannot be taken beside one of the axes"):
+                ours["dp_shard_cp", "cp"]
+            with pytest.raises(MeshError, match=r"out of order.*write \('dp_shard_cp', 'tp'\)"):
+                ours["tp", "dp_shard_cp"]
