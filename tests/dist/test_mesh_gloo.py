@@ -415,3 +415,34 @@ def _save_and_load(rank, world, folder):
 
 def test_torch_save_of_an_fsdp2_state_dict_on_our_mesh(ranks, tmp_path):
     assert ranks(_save_and_load, 2, str(tmp_path), timeout=60) == [True, True]
+
+
+def _checkpoint_and_redistribute(rank, world, folder):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model, _ = _model_and_data()
+    fully_shard(model, mesh=mesh["dp"])
+    dcp.save(model.state_dict(), checkpoint_id=folder)  # torch.distributed.checkpoint
+    fresh, _ = _model_and_data()
+    for p in fresh.parameters():
+        torch.nn.init.zeros_(p)
+    fully_shard(fresh, mesh=mesh["dp"])
+    state = fresh.state_dict()
+    dcp.load(state, checkpoint_id=folder)
+    fresh.load_state_dict(state)
+    restored = all(torch.equal(a.full_tensor(), b.full_tensor())
+                   for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    full = torch.arange(16.0).reshape(4, 4)
+    moved = distribute_tensor(full, mesh, [Shard(0), Replicate()]).redistribute(
+        mesh, [Replicate(), Shard(1)])
+    split = mesh.unflatten("tp", (2, 1), ("a", "b"))
+    on_split = distribute_tensor(full, split, [Shard(0), Shard(1), Replicate()])
+    return restored, torch.equal(moved.full_tensor(), full), torch.equal(on_split.full_tensor(), full)
+
+
+def test_distributed_checkpoint_and_redistribution_on_our_mesh(ranks, tmp_path):
+    for result in ranks(_checkpoint_and_redistribute, 4, str(tmp_path), timeout=90):
+        assert result == (True, True, True)
