@@ -565,14 +565,26 @@ class DeviceMesh(TorchDeviceMesh):
     def _flatten(
         self, mesh_dim_name: str | None = None, backend_override: Any = None
     ) -> DeviceMesh:
-        """PyTorch's private spelling of :meth:`flatten`, for code written against it
-        (torchtitan, FSDP recipes): the result is registered on this mesh's root."""
-        if backend_override is not None:
-            raise MeshError(
-                "commscope's flatten takes no backend_override; flatten creates groups "
-                "on the default group's backend"
-            )
-        return self.flatten(mesh_dim_name)
+        """PyTorch's private flatten, as torch does it, and known to this mesh too.
+
+        Torch's own ``_flatten`` runs (its group creation, and its registration on the
+        root, where DTensor looks for a flattened mesh to redistribute over several
+        axes in one collective, as FSDP2's ``dp_mesh_dims`` path expects); the result
+        is then one of ours, so ``mesh["name"]`` finds it. An axis already made with
+        :meth:`flatten` under that name is returned as it is.
+        """
+        layout = self._cs_layout.flatten(mesh_dim_name)
+        name = layout.names[0]
+        root = self.root
+        existing = root._cs_flat.get(name)
+        if existing is not None:
+            return existing
+        tm = TorchDeviceMesh._flatten(self, name, backend_override)
+        pg = tm.get_group()
+        flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
+        root._cs_flat[name] = flat
+        root._cs_known.setdefault(tuple(layout.group(self.get_rank(), 0)), pg)
+        return flat
 
     def _unflatten(  # type: ignore[override]
         self,

@@ -245,6 +245,14 @@ def _hsdp_losses(rank, world, which, torch_mesh=False):
         placements = [str(p.placements) for p in model.parameters()]
         if not torch_mesh:
             assert mesh["dp_replicate_dp_shard"].get_group() is dist.group.WORLD
+        # DTensor warns when it cannot find the flattened mesh and reduces over the two
+        # axes one after the other; with torch's registry kept, it finds it.
+        import logging
+
+        sequential: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: sequential.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("torch.distributed.tensor._redistribute").addHandler(handler)
     elif which == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
@@ -281,6 +289,8 @@ def _hsdp_losses(rank, world, which, torch_mesh=False):
         t = loss.detach().clone()
         dist.all_reduce(t)
         losses.append(t.item() / world)
+    if which == "fsdp2-spmd":
+        assert not [m for m in sequential if "sequential" in m], sequential
     return losses, placements
 
 

@@ -139,8 +139,8 @@ def test_unflatten_reuses_groups_instead_of_duplicating_them(fake_pg):
         mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
         dist.new_group = counting
         try:
-            flat = mesh["dp", "tp"]._flatten("dp_tp")  # torch's spelling: ours, registered
-            assert mesh["dp_tp"] is flat
+            flat = mesh["dp", "tp"].flatten("dp_tp")
+            assert mesh["dp_tp"] is flat and mesh["dp", "tp"]._flatten("dp_tp") is flat
             assert created == [[0, 1, 4, 5]]
             split = flat.unflatten(0, (2, 2), ("dp2", "tp2"))  # same groups as dp and tp
             assert split.get_group("dp2") is mesh.get_group("dp")
@@ -245,3 +245,19 @@ def test_a_flattened_axis_beside_other_axes_slices_like_torch(fake_pg):
                 ours["dp_shard_cp", "cp"]
             with pytest.raises(MeshError, match=r"out of order.*write \('dp_shard_cp', 'tp'\)"):
                 ours["tp", "dp_shard_cp"]
+
+
+def test_torch_spelling_flatten_is_torchs_own_and_known_to_ours(fake_pg):
+    # FSDP2's dp_mesh_dims path calls mesh[...]._flatten(); DTensor then looks for that
+    # flattened mesh on the root (torch's registry) to reduce over both axes at once.
+    from commscope.mesh import DeviceMesh
+
+    with fake_pg(5, 8):
+        tm = torch_init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+        mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+        flat = mesh["dp", "tp"]._flatten()
+        theirs = tm["dp", "tp"]._flatten()
+        assert type(flat) is DeviceMesh and flat.axis_names == ("dp_tp",)
+        assert mesh["dp_tp"] is flat and mesh._flatten_mapping["dp_tp"] is flat
+        assert _ranks(flat.get_group()) == _ranks(theirs.get_group()) == [0, 1, 4, 5]
+        assert flat._layout == theirs._layout  # what DTensor compares
