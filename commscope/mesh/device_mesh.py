@@ -578,6 +578,10 @@ class DeviceMesh(TorchDeviceMesh):
         root = self.root
         existing = root._cs_flat.get(name)
         if existing is not None:
+            if existing._cs_layout.axes != layout.axes:
+                raise MeshError(
+                    f"flattened axis {name!r} already joins other axes; pick another name"
+                )
             return existing
         tm = TorchDeviceMesh._flatten(self, name, backend_override)
         pg = tm.get_group()
