@@ -185,8 +185,7 @@ def _resolve_group(name: str | None) -> Any:
         return None
     try:
         return dist.distributed_c10d._resolve_process_group(name)
-    except Exception:  # unpickled where that group does not exist (torch warns too)
-        logger.warning("commscope mesh: process group %r does not exist in this process", name)
+    except Exception:  # unpickled where that group does not exist: the caller says so
         return None
 
 
@@ -642,9 +641,17 @@ class DeviceMesh(TorchDeviceMesh):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restore, finding the groups by name in this process (``None`` if absent)."""
         super().__setstate__(state)
-        self._cs_groups = [_resolve_group(name) for name in self._cs_groups]
+        names = list(self._cs_groups)
+        self._cs_groups = [_resolve_group(name) for name in names]
         self._cs_known = {k: pg for k, name in self._cs_known.items()
                           if (pg := _resolve_group(name)) is not None}
+        missing = [n for n, pg in zip(names, self._cs_groups) if n is not None and pg is None]
+        if missing:
+            logger.warning(
+                "commscope mesh %s unpickled where its process groups do not exist (%d "
+                "missing): its tensors' local data is readable, but no collective can run "
+                "on it here", self, len(missing),
+            )
 
     # ------------------------------------------------------------------ display
 
