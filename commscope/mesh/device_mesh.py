@@ -632,7 +632,8 @@ class DeviceMesh(TorchDeviceMesh):
 
         ``torch.save`` of a DTensor pickles its mesh, and so does ``copy.deepcopy``.
         """
-        state = dict(super().__getstate__())
+        parent = getattr(super(), "__getstate__", None)  # torch's own drops its groups
+        state = dict(parent() if parent is not None else self.__dict__)
         state["_cs_groups"] = [_group_name(pg) for pg in self._cs_groups]
         state["_cs_known"] = {k: _group_name(pg) for k, pg in self._cs_known.items()}
         state["_cs_torch"] = None  # rebuilt on demand
@@ -640,7 +641,11 @@ class DeviceMesh(TorchDeviceMesh):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restore, finding the groups by name in this process (``None`` if absent)."""
-        super().__setstate__(state)
+        parent = getattr(super(), "__setstate__", None)
+        if parent is not None:
+            parent(state)
+        else:  # a torch without its own: plain attributes
+            self.__dict__.update(state)
         names = list(self._cs_groups)
         self._cs_groups = [_resolve_group(name) for name in names]
         self._cs_known = {k: pg for k, name in self._cs_known.items()
