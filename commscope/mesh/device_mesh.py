@@ -582,7 +582,10 @@ class DeviceMesh(TorchDeviceMesh):
                     f"flattened axis {name!r} already joins other axes; pick another name"
                 )
             return existing
-        tm = TorchDeviceMesh._flatten(self, name, backend_override)
+        if backend_override is None:  # older torch has no such argument
+            tm = TorchDeviceMesh._flatten(self, name)
+        else:
+            tm = TorchDeviceMesh._flatten(self, name, backend_override)
         pg = tm.get_group()
         flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
         root._cs_flat[name] = flat
