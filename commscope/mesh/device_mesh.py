@@ -421,8 +421,6 @@ class DeviceMesh(TorchDeviceMesh):
         if joined != sorted(joined):
             order = tuple(w for _, w in sorted(zip((a[0] for a in axes), wanted)))
             raise MeshError(f"{wanted} is out of order: axes keep the mesh's order; write {order}")
-        if len(wanted) == 1:
-            return self._cs_flat[wanted[0]]
         layout = MeshLayout(root_layout.root_shape, root_layout.root_names, tuple(axes), wanted)
         cached = self._cs_unflat.get(layout)
         if cached is not None:
@@ -441,6 +439,15 @@ class DeviceMesh(TorchDeviceMesh):
             for n, f in self._cs_flat.items()
         )
 
+    def _existing_flat(self, layout: MeshLayout) -> DeviceMesh | None:
+        """The root's flattened axis of ``layout``'s name, if made already (an error if
+        that name joins other axes)."""
+        name = layout.names[0]
+        existing = self._cs_flat.get(name)
+        if existing is not None and existing._cs_layout.axes != layout.axes:
+            raise MeshError(f"flattened axis {name!r} already joins other axes; pick another name")
+        return existing
+
     def flatten(self, name: str | None = None) -> DeviceMesh:
         """Join all axes of this mesh (or slice) into one axis called ``name``.
 
@@ -454,12 +461,8 @@ class DeviceMesh(TorchDeviceMesh):
         layout = self._cs_layout.flatten(name)
         flat_name = layout.names[0]
         root = self.root
-        existing = root._cs_flat.get(flat_name)
+        existing = root._existing_flat(layout)
         if existing is not None:
-            if existing._cs_layout.axes != layout.axes:
-                raise MeshError(
-                    f"flattened axis {flat_name!r} already joins other axes; pick another name"
-                )
             return existing
         if flat_name in root._cs_layout.names:
             raise MeshError(
@@ -575,12 +578,8 @@ class DeviceMesh(TorchDeviceMesh):
         layout = self._cs_layout.flatten(mesh_dim_name)
         name = layout.names[0]
         root = self.root
-        existing = root._cs_flat.get(name)
+        existing = root._existing_flat(layout)
         if existing is not None:
-            if existing._cs_layout.axes != layout.axes:
-                raise MeshError(
-                    f"flattened axis {name!r} already joins other axes; pick another name"
-                )
             return existing
         if backend_override is None:  # older torch has no such argument
             tm = TorchDeviceMesh._flatten(self, name)
