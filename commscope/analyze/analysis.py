@@ -108,6 +108,7 @@ def analyze(
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     straggler_ms: float = 50.0,
+    end_times: bool = False,
 ) -> Analysis:
     """Analyze the flight-recorder dumps under ``path`` (a folder, a file or a list).
 
@@ -115,10 +116,12 @@ def analyze(
     ranks the job had when the dumps cannot tell (gloo); ``jobs`` worker processes read
     files in parallel; ``progress(done, total)`` follows the loading;
     ``straggler_ms`` is the median lag from which a rank that keeps arriving last is
-    reported. Raises ``FileNotFoundError`` for a path that does not exist.
+    reported; ``end_times`` keeps each record's completion time for the timeline
+    exports (they read the files again without it). Raises ``FileNotFoundError`` for a
+    path that does not exist.
     """
     start = time.perf_counter()
-    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress)
+    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress, end_times=end_times)
     result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms)
     result.elapsed_s = time.perf_counter() - start
     return result

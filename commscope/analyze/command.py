@@ -81,7 +81,8 @@ def run_analyze(
                          f"or nccl_trace_rank_0{seen}")
     with progress_bar() as progress:
         result = analyze(folder, prefix=prefix, world_size=world_size, jobs=jobs,
-                         progress=progress, straggler_ms=straggler_ms)
+                         progress=progress, straggler_ms=straggler_ms,
+                         end_times=bool(perfetto or html))
     if os.path.isfile(folder) and not result.load.dumps and result.unreadable:
         # One file given, and it is not a dump: a usage error, not an analysis.
         raise ValueError(f"{folder}: {result.unreadable[0].error}")

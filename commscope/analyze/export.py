@@ -34,6 +34,7 @@ import html
 import json
 import os
 import time
+from collections.abc import Callable
 from importlib import resources
 from itertools import pairwise
 from typing import Any
@@ -121,37 +122,50 @@ def _end_ns(entry: Any) -> int | None:
     if not isinstance(entry, dict):
         return None
     done = entry.get("time_discovered_completed_ns")
-    if type(done) is int and done > 0:
+    if type(done) is int and 0 < done < 2**63:
         return done
     dur, created = entry.get("duration_ms"), entry.get("time_created_ns")
-    if type(dur) in (int, float) and type(created) is int and 0 <= dur < 1e9:
+    if type(dur) in (int, float) and type(created) is int and 0 < created < 2**62 \
+            and 0 <= dur < 1e9:
         return created + int(dur * 1e6)
     return None
 
 
-def _slices(t: Track, horizon: int, limit: int, raw: list[Any]
-            ) -> list[tuple[int, int, int, bool]]:
-    """(index, start_ns, end_ns, finished) for the newest ``limit`` records of a track.
+EndOf = Callable[[int], "int | None"]
+"""A record's completion time (ns) by its position in the file, ``None`` if unknown."""
 
-    ``raw`` is the rank's re-read record list, for completion times (may be empty).
-    """
+
+def _end_lookup(d: RankDump, source: FrameSource) -> EndOf:
+    """Completion times of ``d``'s records: kept from loading (``end_times=True``), else
+    read back from the file."""
+    ends = d.ends
+    if ends is not None:
+        n = len(ends)
+        return lambda pos: (ends[pos] or None) if 0 <= pos < n else None
+    raw = source.entries(d.rank)
+    return lambda pos: _end_ns(raw[pos]) if 0 <= pos < len(raw) else None
+
+
+def _slices(t: Track, horizon: int, limit: int, end_of: EndOf
+            ) -> list[tuple[int, int, int, bool]]:
+    """(index, start_ns, end_ns, finished) for the newest ``limit`` records of a track."""
     n = len(t)
     return _spans([(i, t.created[i], bool(t.status[i] & _DONE), t.index[i])
                    for i in range(max(0, n - limit), n)
-                   if t.sig[i] != GAP and t.created[i] > 0], horizon, raw)
+                   if t.sig[i] != GAP and t.created[i] > 0], horizon, end_of)
 
 
-def _p2p_slices(ops: list[P2POp], horizon: int, limit: int, raw: list[Any]
+def _p2p_slices(ops: list[P2POp], horizon: int, limit: int, end_of: EndOf
                 ) -> list[tuple[P2POp, int, int, bool]]:
     """(op, start_ns, end_ns, finished) for the newest ``limit`` p2p ops of one group."""
     ops = sorted((o for o in ops if o.created > 0), key=lambda o: (o.created, o.index))
     return _spans([(o, o.created, bool(o.status & _DONE), o.index) for o in ops[-limit:]],
-                  horizon, raw)
+                  horizon, end_of)
 
 
-def _spans(items: list[tuple[Any, int, bool, int]], horizon: int, raw: list[Any]
+def _spans(items: list[tuple[Any, int, bool, int]], horizon: int, end_of: EndOf
            ) -> list[tuple[Any, int, int, bool]]:
-    """Give each ``(key, start_ns, finished, position in raw)`` of one track its end.
+    """Give each ``(key, start_ns, finished, position in the file)`` of one track its end.
 
     The end is the recorded completion when the record has one, else the next item's
     start (an upper bound), else the horizon for an unfinished item; never past the
@@ -160,7 +174,7 @@ def _spans(items: list[tuple[Any, int, bool, int]], horizon: int, raw: list[Any]
     out = []
     for j, (key, start, finished, pos) in enumerate(items):
         nxt = items[j + 1][1] if j + 1 < len(items) else None
-        end = _end_ns(raw[pos]) if 0 <= pos < len(raw) else None
+        end = end_of(pos)
         if end is not None and end <= start:
             end = None
         if end is None:
@@ -206,7 +220,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     source = FrameSource(a.load)
     for r in ranks:
         d = a.load.dumps[r]
-        raw = source.entries(r)
+        end_of = _end_lookup(d, source)
         host = f" ({d.hostname})" if d.hostname else ""
         events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                        "args": {"name": f"rank {r}{host}"}})
@@ -219,7 +233,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
             events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
                            "args": {"name": _track_name(key, g)}})
             top = t.hi - flows_per_group
-            for i, start, end, finished in _slices(t, horizon, max_per_track, raw):
+            for i, start, end, finished in _slices(t, horizon, max_per_track, end_of):
                 seq = t.lo + i
                 sig = sigs[t.sig[i]]
                 is_stuck = not finished and (key, seq) in stuck
@@ -243,7 +257,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
             events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
                            "args": {"name": f"p2p, {_track_name(key, g)}"}})
             for op, start, end, finished in _p2p_slices(by_group[key], horizon,
-                                                         max_per_track, raw):
+                                                         max_per_track, end_of):
                 ts = (start - t0) / 1000.0
                 ev = {
                     "ph": "X", "pid": r, "tid": tid, "ts": ts, "dur": (end - start) / 1000.0,
@@ -316,11 +330,11 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
     source = FrameSource(a.load)
     for r in _chosen_ranks(a, max_ranks):
         d = a.load.dumps[r]
-        raw = source.entries(r)
+        end_of = _end_lookup(d, source)
         for key in sorted(d.tracks):
             t = d.tracks[key]
             items = []
-            for i, start, end, finished in _slices(t, horizon, max_per_track, raw):
+            for i, start, end, finished in _slices(t, horizon, max_per_track, end_of):
                 sig = a.load.sigs.sigs[t.sig[i]]
                 seq = t.lo + i
                 items.append([round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
@@ -333,7 +347,7 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
             items = [[round((start - t0) / 1e3, 1), round((end - start) / 1e3, 1),
                       _p2p_label(op), int(not finished)]
                      for op, start, end, finished in _p2p_slices(
-                         by_group[key], horizon, max_per_track, raw)]
+                         by_group[key], horizon, max_per_track, end_of)]
             if items:
                 g = a.groups.get(key)
                 lanes.append({"rank": r, "group": f"p2p {g.display if g else key}",

@@ -52,6 +52,7 @@ from commscope.analyze.records import (
     short,
     slow_columns,
 )
+from commscope.analyze.records import end_times as record_end_times
 from commscope.analyze.signature import coalesced_key, decode_sig, match_key, sig_key
 
 __all__ = ["DumpError", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
@@ -128,8 +129,13 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
                 problems.append(f"pg_status[{short(key)}] is {short(value)}, ignored")
 
 
-def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
-    """Build the :class:`RankDump` of one file's unpickled content (see module doc)."""
+def extract_dump(data: Any, path: str, name_rank: int | None, *,
+                 end_times: bool = False) -> RankDump:
+    """Build the :class:`RankDump` of one file's unpickled content (see module doc).
+
+    ``end_times`` also keeps each record's completion time (``RankDump.ends``), which
+    the timeline exports draw.
+    """
     if isinstance(data, list):
         if data and not any(isinstance(e, dict) for e in data[:100]):
             raise DumpError(f"foreign file: a list of {type(data[0]).__name__}, not "
@@ -179,6 +185,8 @@ def extract_dump(data: Any, path: str, name_rank: int | None) -> RankDump:
         cols, kept = slow_columns(entries, counted)
         _build(dump, cols, problems, entries)
     problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
+    if end_times:
+        dump.ends = record_end_times(cols, entries, kept)
     if kept is not None:
         _renumber(dump, kept)
     dump.problems = problems

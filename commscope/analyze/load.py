@@ -43,6 +43,7 @@ import stat
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -217,11 +218,12 @@ def _stem(path: str) -> str:
     return m.group("stem") if m else ""
 
 
-def load_file(path: str, name_rank: int | None) -> RankDump | Unreadable:
+def load_file(path: str, name_rank: int | None, end_times: bool = False
+              ) -> RankDump | Unreadable:
     """Read and extract one file; never raises for bad content."""
     try:
         data = read_dump_file(path)
-        return extract_dump(data, path, name_rank)
+        return extract_dump(data, path, name_rank, end_times=end_times)
     except DumpError as exc:
         return Unreadable(path, str(exc), name_rank)
     except Exception as exc:  # a bug of ours must not sink the other files
@@ -231,13 +233,14 @@ def load_file(path: str, name_rank: int | None) -> RankDump | Unreadable:
         )
 
 
-def _load_chunk(chunk: Sequence[tuple[str, int | None]]) -> list[RankDump | Unreadable]:
+def _load_chunk(chunk: Sequence[tuple[str, int | None]], end_times: bool = False
+                ) -> list[RankDump | Unreadable]:
     # Loading builds millions of short-lived containers and no reference cycles: the
     # cyclic collector would only rescan them (fr_trace disables it for the same reason).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return [load_file(p, r) for p, r in chunk]
+        return [load_file(p, r, end_times) for p, r in chunk]
     finally:
         if enabled:
             gc.enable()
@@ -300,11 +303,11 @@ class _Prefetch:
 
 
 def _iter_loaded(
-    files: Sequence[tuple[str, int | None]], jobs: int
+    files: Sequence[tuple[str, int | None]], jobs: int, end_times: bool
 ) -> Iterable[list[RankDump | Unreadable]]:
     if jobs <= 1 or len(files) < 2:
         for item in files:
-            yield _load_chunk([item])
+            yield _load_chunk([item], end_times)
         return
     chunks = _chunks(files, jobs)
     prefetch = _Prefetch([f for chunk in chunks for f in chunk], _PREFETCH_FILES)
@@ -313,7 +316,7 @@ def _iter_loaded(
     ctx = multiprocessing.get_context(method)
     done = 0
     with ctx.Pool(jobs) as pool:
-        for batch in pool.imap_unordered(_load_chunk, chunks):
+        for batch in pool.imap_unordered(partial(_load_chunk, end_times=end_times), chunks):
             done += len(batch)
             prefetch.up_to(done)
             yield batch
@@ -325,12 +328,15 @@ def load_dumps(
     prefix: str | None = None,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    end_times: bool = False,
 ) -> LoadResult:
     """Load every rank's dump under ``path`` (a folder, one file, or a list of files).
 
     ``jobs`` worker processes read files in parallel (default: one per CPU, up to 8,
     when there are at least 64 files). ``progress(done, total)`` is called as files
     are read. Unreadable files are listed in ``LoadResult.unreadable`` with the reason.
+    ``end_times`` keeps each record's completion time too (``RankDump.ends``: 8 bytes
+    a record), so that a timeline need not read the files again.
     """
     ignored: list[str] = []
     if isinstance(path, (str, os.PathLike)):
@@ -352,7 +358,7 @@ def load_dumps(
     done = 0
     if progress:
         progress(0, len(files))
-    for batch in _iter_loaded(files, n_jobs):
+    for batch in _iter_loaded(files, n_jobs, end_times):
         for item in batch:
             if isinstance(item, Unreadable):
                 unreadable.append(item)

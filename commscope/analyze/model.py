@@ -193,6 +193,9 @@ class RankDump:
     sig_keys: list[Any] | None = None
     """Local signature keys before the dump's sig ids are mapped to the shared table."""
     local_sigs: list[Sig] | None = None
+    ends: array | None = None
+    """When each record of the file ended (ns, 0: not recorded), by position in the file;
+    kept only when loading for a timeline (``end_times=True``)."""
 
 
 @dataclass(frozen=True, slots=True)

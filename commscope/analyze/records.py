@@ -37,7 +37,7 @@ from typing import Any
 from commscope.analyze.model import COMPLETED, STARTED
 
 __all__ = [
-    "STATE_BITS", "record_columns", "slow_columns", "short",
+    "STATE_BITS", "record_columns", "slow_columns", "short", "end_times",
     "R_RECORD", "R_PGID", "R_PG", "R_SEQ", "R_P2PSEQ", "R_NAME", "R_CREATED", "R_IN",
     "R_IDT", "R_OUT", "R_ODT", "R_STATE", "R_RETIRED", "R_ISP2P", "R_TSTART", "R_TDONE",
     "R_DUR", "R_PEER", "R_KEY",
@@ -255,3 +255,37 @@ def record_columns(
         return cols, None
     cols, kept = _slow_columns(entries, problems)
     return cols, (None if len(kept) == len(entries) else kept)
+
+
+def _duration_end(entry: Any, created: int) -> int:
+    """``time_created_ns + duration_ms`` of one record, or 0 when it has no usable one."""
+    dur = entry.get("duration_ms") if isinstance(entry, dict) else None
+    if type(dur) in (int, float) and 0 < created < 2**62 and 0 <= dur < 1e9:
+        return created + int(dur * 1e6)
+    return 0
+
+
+def end_times(cols: list[Any], entries: list[Any], kept: list[int] | None) -> array:
+    """When each record of the file ended (ns; 0: not recorded), by position in the file.
+
+    The recorded completion (``time_discovered_completed_ns``) when there is one, else
+    ``time_created_ns + duration_ms`` (gloo with timing on), else 0. ``cols`` are the
+    checked columns of :func:`record_columns` and ``kept`` its kept positions; dropped
+    records get 0.
+    """
+    created = cols[R_CREATED]
+    done = [t if t is not None and t > 0 else 0 for t in cols[R_TDONE]]
+    durations = cols[R_DUR]
+    for j in [j for j, t in enumerate(done) if not t]:  # usually none, or all (gloo)
+        if durations is not None:  # the slow path checked the column already
+            dur = durations[j]
+            ok = dur is not None and 0 < created[j] < 2**62 and dur < 1e9
+            done[j] = created[j] + int(dur * 1e6) if ok else 0
+        else:
+            done[j] = _duration_end(entries[j], created[j])
+    if kept is None:
+        return array("q", done)
+    out = array("q", bytes(8 * len(entries)))
+    for j, pos in enumerate(kept):
+        out[pos] = done[j]
+    return out

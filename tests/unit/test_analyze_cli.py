@@ -212,3 +212,22 @@ def test_perfetto_draws_p2p_ops_and_joins_each_send_to_its_recv(tmp_path, capsys
     assert {lane["rank"] for lane in p2p} == {0, 1, 2, 3}
     assert [item[2:] for lane in p2p if lane["rank"] == 2
             for item in lane["items"]][-1] == ["send → 3", 1]
+
+
+def test_exports_use_end_times_kept_while_loading(tmp_path):
+    import shutil
+
+    from commscope.analyze import analyze
+    from commscope.analyze.export import perfetto_trace, timeline_data
+
+    folder = tmp_path / "dumps"
+    shutil.copytree(DATA / "recorded" / "straggler", folder)
+    kept = analyze(folder, end_times=True)
+    plain = analyze(folder)
+    before = (perfetto_trace(kept), timeline_data(kept))
+    assert before == (perfetto_trace(plain), timeline_data(plain))
+    for f in folder.iterdir():
+        f.write_bytes(b"")  # the files are gone: nothing can be read back
+    assert (perfetto_trace(kept), timeline_data(kept)) == before
+    # without kept end times the slices fall back to the next record's start
+    assert perfetto_trace(plain) != before[0]

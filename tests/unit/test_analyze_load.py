@@ -216,6 +216,38 @@ def test_parallel_loading_gives_the_same_analysis(tmp_path):
     assert one["unreadable"][0]["file"].endswith("rank_9")
 
 
+@pytest.mark.parametrize("slow", [False, True])
+def test_end_times_kept_while_loading_match_the_records(tmp_path, slow):
+    job = _missing_rank_job()
+    job.write(tmp_path, ranks=[0, 1, 2])
+    data = job.dump(3)
+    entries = data["entries"]
+    created = entries[0]["time_created_ns"]
+    for e in entries:
+        e.pop("duration_ms", None)
+    entries[0]["time_discovered_completed_ns"] = None  # gloo with timing: duration only
+    entries[0]["duration_ms"] = 2.5
+    entries[1]["time_discovered_completed_ns"] = None  # a duration that is no number
+    entries[1]["duration_ms"] = True
+    entries[2]["time_discovered_completed_ns"] = None  # nothing recorded
+    entries[2]["duration_ms"] = float("nan")
+    if slow:  # a dropped record sends the file through the record-by-record path
+        entries.insert(1, {"collective_seq_id": "bad"})
+    write_dump(data, str(tmp_path / "rank_3"))
+    from commscope.analyze.export import _end_ns
+
+    load = load_dumps(tmp_path, end_times=True)
+    for dump in load.dumps.values():
+        raw = read_dump_file(dump.path)["entries"]
+        assert len(dump.ends) == len(raw)
+        kept = [i for i, e in enumerate(raw) if type(e.get("collective_seq_id")) is int]
+        assert [dump.ends[i] or None for i in kept] == [_end_ns(raw[i]) for i in kept]
+    ends = load.dumps[3].ends
+    assert ends[0] == created + 2_500_000
+    assert list(ends[1:4 if slow else 3]) == [0] * (3 if slow else 2)
+    assert load_dumps(tmp_path).dumps[3].ends is None  # not kept unless asked
+
+
 def test_native_gloo_dump_is_plain_data_only():
     # the committed fixtures are the C++ pickler's bytes: no global is ever needed
     for path in sorted((DATA / "missing_rank").iterdir()):
