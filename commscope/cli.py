@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from commscope import __version__
 
@@ -223,7 +224,8 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "  commscope analyze ./commscope_traces\n"
         "  commscope analyze -d /tmp/dumps -o analysis.txt\n"
         "  commscope analyze dumps/ --json --perfetto trace.json --html report.html\n"
-        "  commscope analyze dumps/ --prefix nccl_trace_rank_ --world-size 8",
+        "  commscope analyze dumps/ --prefix nccl_trace_rank_ --world-size 8\n"
+        "  commscope analyze dumps/ --entries 5 --ranks 0-3 --group mesh_dp",
     )
     p.add_argument("folder", nargs="?", help="folder of dumps (or one dump file)")
     p.add_argument("-d", "--dir", dest="dir", help="the folder, as PyTorch's fr_trace takes it")
@@ -241,7 +243,33 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    "per CPU, up to 8, from 64 files on)")
     p.add_argument("--straggler-ms", type=float, default=50.0,
                    help="median lag from which a rank arriving last is reported (default 50)")
+    p.add_argument("--entries", type=int, nargs="?", const=8, metavar="N",
+                   help="also print the newest N (default 8) collectives of each group side "
+                   "by side across its ranks, agreeing ranks folded (what fr_trace -j shows)")
+    p.add_argument("--ranks", metavar="SPEC",
+                   help="with --entries: only these ranks, e.g. 0-3,7")
+    p.add_argument("--group", action="append", metavar="NAME",
+                   help="with --entries: only this group (name or description; repeatable)")
     p.set_defaults(run=_run_analyze)
+
+
+def _entries_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--entries N [--ranks SPEC] [--group NAME]`` as keyword arguments, checked."""
+    from commscope.analyze.entries import parse_rank_spec
+
+    if args.entries is None:
+        if args.ranks is not None or args.group:
+            raise UsageError("--ranks and --group choose what --entries shows: add --entries")
+        return None
+    if args.entries < 1:
+        raise UsageError(f"--entries must be >= 1, got {args.entries}")
+    if args.json or (args.output or "").endswith(".json"):
+        raise UsageError("--entries adds a text table to the report: it cannot go into --json")
+    try:
+        ranks = parse_rank_spec(args.ranks) if args.ranks is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--ranks: {exc}") from None
+    return {"last": args.entries, "ranks": ranks, "groups": args.group}
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -256,6 +284,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    entries = _entries_options(args)
     try:
         return run_analyze(
             folder,
@@ -267,6 +296,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
             world_size=args.world_size,
             jobs=args.jobs,
             straggler_ms=args.straggler_ms,
+            entries=entries,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -12,7 +12,8 @@ first; writes JSON, a Perfetto timeline and an offline HTML report. Imports no t
 Steps, each a module of plain functions over plain data: :mod:`~.load` (files),
 :mod:`~.extract` and :mod:`~.records` (one dump → columns), :mod:`~.match` (membership,
 alignment, p2p pairing), :mod:`~.mismatch`, :mod:`~.waits`, :mod:`~.timing` and
-:mod:`~.diagnose` (findings, verdict), :mod:`~.report` and :mod:`~.export` (outputs),
+:mod:`~.diagnose` (findings, verdict), :mod:`~.report`, :mod:`~.entries` and
+:mod:`~.export` (outputs),
 :mod:`~.synth` (synthetic dumps for tests and benchmarks).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from commscope.analyze.analysis import FORMAT, Analysis, analyze, analyze_loaded
 from commscope.analyze.diagnose import KINDS
+from commscope.analyze.entries import format_entries
 from commscope.analyze.export import (
     html_report,
     perfetto_trace,
@@ -46,6 +48,7 @@ __all__ = [
     "load_dumps",
     "read_dump_file",
     "format_report",
+    "format_entries",
     "write_json",
     "perfetto_trace",
     "write_perfetto",

@@ -13,8 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from commscope.analyze.analysis import analyze
+from commscope.analyze.entries import format_entries
 from commscope.analyze.export import write_html, write_perfetto
 from commscope.analyze.load import discover
 from commscope.analyze.report import format_report
@@ -67,11 +69,14 @@ def run_analyze(
     world_size: int | None = None,
     jobs: int | None = None,
     straggler_ms: float = 50.0,
+    entries: dict[str, Any] | None = None,
 ) -> int:
     """Run the analysis and write its outputs; return the exit code (0).
 
+    ``entries`` (keyword arguments of :func:`~commscope.analyze.entries.format_entries`)
+    appends the side-by-side view of each group's newest records to the text report.
     Raises ``FileNotFoundError`` for a missing folder and ``ValueError`` when it holds
-    no file that looks like a dump.
+    no file that looks like a dump, or when an ``entries`` filter matches nothing.
     """
     files, ignored = discover(folder, prefix)
     if not files:
@@ -89,6 +94,8 @@ def run_analyze(
     want_json = as_json or bool(output and output.endswith(".json"))
     text = (json.dumps(result.to_json(), indent=2) + "\n") if want_json else format_report(
         result, folder)
+    if entries is not None and not want_json:
+        text += "\n" + format_entries(result, **entries)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)

@@ -88,6 +88,13 @@ def test_html_is_self_contained(tmp_path, capsys):
     (["analyze", "a", "-d", "b"], "give the folder once"),
     (["analyze", str(DATA / "healthy"), "--world-size", "0"], "--world-size must be >= 1"),
     (["analyze", str(DATA / "healthy"), "--prefix", "nothing_"], "no dump files"),
+    (["analyze", str(DATA / "healthy"), "--ranks", "0"], "add --entries"),
+    (["analyze", str(DATA / "healthy"), "--entries", "0"], "--entries must be >= 1"),
+    (["analyze", str(DATA / "healthy"), "--entries", "--json"], "cannot go into --json"),
+    (["analyze", str(DATA / "healthy"), "--entries", "--ranks", "3-1"], "runs backwards"),
+    (["analyze", str(DATA / "healthy"), "--entries", "--ranks", "x"], "expected ranks like"),
+    (["analyze", str(DATA / "healthy"), "--entries", "--ranks", "99"], "none of ranks 99"),
+    (["analyze", str(DATA / "healthy"), "--entries", "--group", "tp"], "no group named tp"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2

@@ -1,0 +1,100 @@
+"""``--entries``: each group's newest records side by side, agreeing ranks folded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commscope.analyze import analyze
+from commscope.analyze.entries import format_entries, parse_rank_spec
+from commscope.analyze.synth import SyntheticJob, write_dump
+from commscope.cli import main
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _rows(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.lstrip().startswith(("#", "!#"))]
+
+
+def test_missing_rank_shows_who_waits_and_who_never_issued():
+    text = format_entries(analyze(DATA / "missing_rank"), last=2)
+    assert "group 0 (default_pg, ranks 0-2): #3-#4 (recorded from #1)" in text
+    assert _rows(text) == ["#3  broadcast [[4]] Float   0-2 done",
+                           "#4  all_reduce [[4]] Float  0, 1 pending; 2 not issued"]
+
+
+def test_rows_where_ranks_disagree_are_marked_and_spelled_per_rank():
+    rows = _rows(format_entries(analyze(DATA / "order_mismatch")))
+    assert rows[2] == ("!#3  ranks disagree: 0, 2 all_reduce [[4]] Float pending; "
+                       "1 broadcast [[4]] Float pending")
+    assert rows[0].startswith("#1  all_reduce")  # agreeing rows carry no mark
+    sizes = _rows(format_entries(analyze(DATA / "size_mismatch")))
+    assert sizes[-1].startswith("!#3  ranks disagree: 0, 2 all_reduce [[4]] Float pending; "
+                                "1 all_reduce [[8]] Float")
+
+
+def test_wrapped_ring_crashed_rank_and_skipped_records(tmp_path):
+    rows = _rows(format_entries(analyze(DATA / "truncated_history"), last=5,
+                                groups=["default_pg"]))
+    assert rows[0] == "#4  all_reduce [[4]] Float  0, 1 not kept; 2 done"
+    crashed = _rows(format_entries(analyze(DATA / "crashed_rank")))
+    assert all(r.endswith("0, 2 done; 1 no dump") for r in crashed)
+    job = SyntheticJob(3)
+    for _ in range(4):
+        job.collective("all_reduce")
+    job.write(tmp_path, ranks=[0, 2])
+    data = job.dump(1)
+    del data["entries"][2]  # rank 1 has no record of #3 inside its range
+    write_dump(data, str(tmp_path / "rank_1"))
+    rows = _rows(format_entries(analyze(tmp_path)))
+    assert rows[2].endswith("0, 2 done; 1 skipped")
+
+
+def test_rank_and_group_filters_keep_the_whole_groups_range(tmp_path):
+    a = analyze(DATA / "recorded" / "cross_group_deadlock")
+    text = format_entries(a, ranks=[2], groups=["group_B"])
+    assert "group 2 (group_B, ranks 1, 2): #1-#2, rank 2 shown" in text
+    # rank 2 never issued #2; the head says what rank 1 issued there
+    assert _rows(text) == ["#1  all_reduce [[4]] Float  2 done",
+                           "#2  all_reduce [[4]] Float  2 not issued"]
+    assert "group_A" not in text and "group_C" not in text
+    with pytest.raises(ValueError, match="no group named tp"):
+        format_entries(a, groups=["tp"])
+
+
+def test_point_to_point_ops_are_listed_per_rank():
+    text = format_entries(analyze(DATA / "p2p_unmatched"), last=2)
+    assert "point-to-point, oldest to newest:" in text
+    assert "rank 2: recv ← 1 #7 done, send → 3 #8 pending" in text
+
+
+def test_thousand_ranks_fold_into_rank_lists(tmp_path):
+    job = SyntheticJob(1000)
+    job.collective("all_reduce")
+    job.collective("all_reduce", ranks=[r for r in range(1000) if r != 517])
+    job.write(tmp_path)
+    text = format_entries(analyze(tmp_path, jobs=1))
+    assert _rows(text)[-1].endswith("0-516, 518-999 pending; 517 not issued")
+    assert max(map(len, text.splitlines())) < 120
+
+
+@pytest.mark.parametrize("spec,ranks", [("0-3,7", [0, 1, 2, 3, 7]), ("5", [5]),
+                                        (" 2 , 0-1 ", [0, 1, 2]), ("3,3-4", [3, 4])])
+def test_rank_spec(spec, ranks):
+    assert parse_rank_spec(spec) == ranks
+
+
+@pytest.mark.parametrize("spec", ["", ",", "a", "1-", "-1", "3-1", "0-99999999"])
+def test_bad_rank_spec_says_why(spec):
+    with pytest.raises(ValueError, match="bad rank list"):
+        parse_rank_spec(spec)
+
+
+def test_cli_appends_the_entries_to_the_text_report(tmp_path, capsys):
+    out = tmp_path / "report.txt"
+    assert main(["analyze", str(DATA / "missing_rank"), "--entries", "1", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.index("findings (root cause first)") < text.index("entries (newest 1")
+    assert "#4  all_reduce [[4]] Float  0, 1 pending; 2 not issued" in text
