@@ -74,9 +74,13 @@ def _state(status: int) -> str:
     return "started" if status & STARTED else "pending"
 
 
-def _sig_text(sig: Sig) -> str:
+def _sig_text(sig: Sig, sigs: list[Sig]) -> str:
+    """``all_reduce [[4]] Float``; a coalesced group lists its members (not the closing
+    ``coalesced`` marker record NCCL adds)."""
     if sig.members:
-        return f"{sig.profiling_name} {sig.op}"
+        parts = [_sig_text(sigs[m], sigs) for m in sig.members
+                 if not (sigs[m].op == "coalesced" and not sigs[m].input_sizes)]
+        return f"coalesced({', '.join(parts)})"
     return f"{sig.op} {sig.sizes_text()}"
 
 
@@ -114,12 +118,13 @@ def _row(a: Analysis, view: GroupView, ranks: list[int], seq: int) -> tuple[str,
                     if c.sig != GAP}
         recorded = {min(recorded)} if recorded else recorded
     if len(recorded) == 1:
-        head = _sig_text(sigs.sigs[next(iter(recorded))])
+        head = _sig_text(sigs.sigs[next(iter(recorded))], sigs.sigs)
         parts = [f"{rank_list(rs, 6)} {c.state}" for c, rs in order]
     else:
         head = "(no record)" if not recorded else (_DISAGREE if differs else _PER_RANK)
         parts = [f"{rank_list(rs, 6)} "
-                 + (f"{_sig_text(sigs.sigs[c.sig])} {c.state}" if c.sig != GAP else c.state)
+                 + (f"{_sig_text(sigs.sigs[c.sig], sigs.sigs)} {c.state}" if c.sig != GAP
+                    else c.state)
                  for c, rs in order]
     return ("!" if differs else " ", head, "; ".join(parts))
 

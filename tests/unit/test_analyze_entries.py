@@ -98,3 +98,19 @@ def test_cli_appends_the_entries_to_the_text_report(tmp_path, capsys):
     text = out.read_text()
     assert text.index("findings (root cause first)") < text.index("entries (newest 1")
     assert "#4  all_reduce [[4]] Float  0, 1 pending; 2 not issued" in text
+
+
+def test_coalesced_records_show_their_members(tmp_path):
+    from tests.unit.test_analyze_match import _entry, _write
+
+    def ranked(r):
+        second = ((8,),) if r == 1 else ((4,),)
+        return [_entry(1), _entry(3, state="started"), _entry(3, sizes=second, state="started"),
+                _entry(3, name="nccl:coalesced", sizes=(), state="started")]
+
+    _write(tmp_path, {r: ranked(r) for r in range(3)})
+    rows = _rows(format_entries(analyze(tmp_path)))
+    assert rows[-1] == ("!#3  ranks disagree: 0, 2 coalesced(all_reduce [[4]] Float, all_reduce "
+                        "[[4]] Float) started; 1 coalesced(all_reduce [[4]] Float, all_reduce "
+                        "[[8]] Float) started")
+    assert " ".join(rows[1].split()) == "#2 (no record) 0-2 skipped"  # no rank has #2
