@@ -9,6 +9,7 @@ exit code 2 (:class:`UsageError`), never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -243,13 +244,17 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    "per CPU, up to 8, from 64 files on)")
     p.add_argument("--straggler-ms", type=float, default=50.0,
                    help="median lag from which a rank arriving last is reported (default 50)")
-    p.add_argument("--entries", type=int, nargs="?", const=8, metavar="N",
+    p.add_argument("--entries", "--just-print-entries", "--just_print_entries", type=int,
+                   nargs="?", const=8, metavar="N",
                    help="also print the newest N (default 8) collectives of each group side "
                    "by side across its ranks, agreeing ranks folded (what fr_trace -j shows)")
-    p.add_argument("--ranks", metavar="SPEC",
-                   help="with --entries: only these ranks, e.g. 0-3,7")
-    p.add_argument("--group", action="append", metavar="NAME",
-                   help="with --entries: only this group (name or description; repeatable)")
+    p.add_argument("--ranks", "--selected-ranks", nargs="+", metavar="SPEC",
+                   help="with --entries: only these ranks, e.g. 0-3,7 (or 0 1 2 3 7)")
+    p.add_argument("--group", "--pg-filters", action="extend", nargs="+", metavar="NAME",
+                   help="with --entries: only these groups (name or description)")
+    p.add_argument("--allow-incomplete-ranks", action="store_true",
+                   help="accepted for fr_trace's command lines: ranks without a dump are "
+                   "always analysed (and named)")
     p.set_defaults(run=_run_analyze)
 
 
@@ -266,15 +271,18 @@ def _entries_options(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.json or (args.output or "").endswith(".json"):
         raise UsageError("--entries adds a text table to the report: it cannot go into --json")
     try:
-        ranks = parse_rank_spec(args.ranks) if args.ranks is not None else None
+        ranks = parse_rank_spec(",".join(args.ranks)) if args.ranks is not None else None
     except ValueError as exc:
-        raise UsageError(f"--ranks: {exc}") from None
+        hint = ("; put the folder before --ranks" if any(os.path.exists(t) for t in args.ranks)
+                else "")
+        raise UsageError(f"--ranks: {exc}{hint}") from None
     return {"last": args.entries, "ranks": ranks, "groups": args.group}
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
     from commscope.analyze.command import run_analyze
 
+    entries = _entries_options(args)  # first: --ranks may have swallowed the folder
     if args.folder and args.dir and args.folder != args.dir:
         raise UsageError(f"give the folder once: got {args.folder!r} and -d {args.dir!r}")
     folder = args.folder or args.dir
@@ -284,7 +292,6 @@ def _run_analyze(args: argparse.Namespace) -> int:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    entries = _entries_options(args)
     try:
         return run_analyze(
             folder,

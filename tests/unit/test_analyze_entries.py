@@ -114,3 +114,21 @@ def test_coalesced_records_show_their_members(tmp_path):
                         "[[4]] Float) started; 1 coalesced(all_reduce [[4]] Float, all_reduce "
                         "[[8]] Float) started")
     assert " ".join(rows[1].split()) == "#2 (no record) 0-2 skipped"  # no rank has #2
+
+
+def test_fr_trace_spellings_work(capsys):
+    folder = str(DATA / "recorded" / "cross_group_deadlock")
+    assert main(["analyze", "-d", folder, "--just_print_entries", "--selected-ranks", "0", "2",
+                 "--pg-filters", "group_A", "group_C", "--allow-incomplete-ranks"]) == 0
+    fr_style = capsys.readouterr().out
+    assert main(["analyze", folder, "--entries", "--ranks", "0,2", "--group", "group_A",
+                 "--group", "group_C"]) == 0
+    ours = capsys.readouterr().out
+    assert fr_style == ours
+    assert "group_B" not in ours.split("entries (")[1]
+    assert "#2  all_reduce [[4]] Float  0 not issued; 2 started" in ours
+
+
+def test_ranks_that_swallowed_the_folder_get_a_hint(capsys):
+    assert main(["analyze", "--entries", "--ranks", "0", str(DATA / "missing_rank")]) == 2
+    assert "put the folder before --ranks" in capsys.readouterr().err
