@@ -34,6 +34,8 @@ __all__ = ["format_entries", "parse_rank_spec", "DEFAULT_LAST"]
 DEFAULT_LAST = 8
 """Sequence numbers shown per group when ``--entries`` is given without a number."""
 _MAX_SPEC_RANKS = 1 << 20
+_MAX_P2P_RANKS = 16
+_DONE = RETIRED | COMPLETED
 _DISAGREE = "ranks disagree:"
 _PER_RANK = "per rank:"
 
@@ -69,7 +71,7 @@ class _Cell:
 
 
 def _state(status: int) -> str:
-    if status & (RETIRED | COMPLETED):
+    if status & _DONE:
         return "done"
     return "started" if status & STARTED else "pending"
 
@@ -158,19 +160,30 @@ def _group_lines(a: Analysis, view: GroupView, shown: set[int] | None, last: int
         lines += [f" {mark}{'#' + str(seq):<{seq_w}}  "
                   + (f"{head} {cells}" if head in split else f"{head:<{head_w}}  {cells}")
                   for seq, mark, head, cells in rows]
-    p2p_lines = []
+    return lines + _p2p_lines(a, g, ranks, last, lines)
+
+
+def _p2p_lines(a: Analysis, g: Group, ranks: list[int], last: int, before: list[str]
+               ) -> list[str]:
+    """Each shown rank's newest ``last`` sends and recvs in ``g``; at most
+    ``_MAX_P2P_RANKS`` ranks, those with an unfinished op first."""
+    newest: dict[int, list[P2POp]] = {}
     for r in ranks:
         dump = a.load.dumps.get(r)
         ops = [op for op in (dump.p2p if dump else ()) if op.group == g.key]
         if ops:
-            newest = sorted(ops, key=lambda o: (o.created, o.index))[-last:]
-            p2p_lines.append(f"   rank {r}: " + ", ".join(map(_p2p_text, newest)))
-    if p2p_lines:
-        if not lines:
-            lines.append(f"{g.label()}:")
-        lines.append("  point-to-point, oldest to newest:")
-        lines += p2p_lines
-    return lines
+            newest[r] = sorted(ops, key=lambda o: (o.created, o.index))[-last:]
+    if not newest:
+        return []
+    stuck = [r for r, ops in newest.items() if any(not o.status & _DONE for o in ops)]
+    chosen = sorted(list(dict.fromkeys([*stuck, *newest]))[:_MAX_P2P_RANKS])
+    out = [] if before else [f"{g.label()}:"]
+    out.append("  point-to-point, oldest to newest:")
+    out += [f"   rank {r}: " + ", ".join(map(_p2p_text, newest[r])) for r in chosen]
+    if len(newest) > len(chosen):
+        out.append(f"   ... and {len(newest) - len(chosen)} more ranks with sends or recvs "
+                   "(choose them with --ranks)")
+    return out
 
 
 def format_entries(a: Analysis, *, last: int = DEFAULT_LAST, ranks: Iterable[int] | None = None,

@@ -132,3 +132,17 @@ def test_fr_trace_spellings_work(capsys):
 def test_ranks_that_swallowed_the_folder_get_a_hint(capsys):
     assert main(["analyze", "--entries", "--ranks", "0", str(DATA / "missing_rank")]) == 2
     assert "put the folder before --ranks" in capsys.readouterr().err
+
+
+def test_point_to_point_listing_is_capped_with_the_stuck_ranks_kept(tmp_path):
+    job = SyntheticJob(40)
+    for r in range(39):
+        job.p2p(r, r + 1)
+    job.p2p(39, 0, post="send")  # the only unfinished op: rank 39's send
+    job.write(tmp_path)
+    text = format_entries(analyze(tmp_path, jobs=1), last=2)
+    listed = [line.split(":")[0].strip() for line in text.splitlines()
+              if line.startswith("   rank ")]
+    assert len(listed) == 16 and "rank 39" in listed
+    assert "... and 24 more ranks with sends or recvs (choose them with --ranks)" in text
+    assert "rank 39: recv ← 38 #1 done, send → 0 #2 pending" in text
