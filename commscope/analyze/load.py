@@ -19,7 +19,10 @@ Algorithm (:func:`load_dumps`):
    the one in its name.
 4. With many files, steps 2-3 run in a pool of worker processes (``jobs``); workers send
    back compact columns, never the raw entries. The parent asks the kernel to read a
-   window of files ahead of the workers, so disk or network reads overlap parsing.
+   window of files ahead of the workers, so disk or network reads overlap parsing. A
+   worker that dies (killed for memory, a crash) does not hang or sink the analysis:
+   the files it had not returned are read again one process each, and one that kills
+   its reader again is reported as unreadable with that reason.
 5. **Merge**: signatures are interned into one table; two files claiming one rank keep
    the one with the later dump time, then more records, then the smaller path, and
    the other is reported as a duplicate. An unreadable file whose name does not look
@@ -43,7 +46,8 @@ import stat
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -315,11 +319,50 @@ def _iter_loaded(
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
     done = 0
-    with ctx.Pool(jobs) as pool:
-        for batch in pool.imap_unordered(partial(_load_chunk, end_times=end_times), chunks):
+    yielded: set[Future[Any]] = set()
+    broken = False
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+    try:
+        futures = {pool.submit(_load_chunk, chunk, end_times): chunk for chunk in chunks}
+        for future in as_completed(futures):
+            try:
+                batch = future.result()
+            except BrokenProcessPool:
+                broken = True
+                break
+            yielded.add(future)
             done += len(batch)
             prefetch.up_to(done)
             yield batch
+    finally:  # an interrupted load does not wait for the files still queued
+        pool.shutdown(wait=True, cancel_futures=True)
+    if not broken:
+        return
+    left = []
+    for future, chunk in futures.items():
+        if future in yielded:
+            continue
+        if future.done() and not future.cancelled() and future.exception() is None:
+            yield future.result()  # finished before the pool broke
+        else:
+            left.append(chunk)
+    if left:
+        logger.warning("a reader process died; reading its %d files again one by one",
+                       sum(map(len, left)))
+        for item in (item for chunk in left for item in chunk):
+            yield _load_alone(item, end_times, ctx)
+
+
+def _load_alone(item: tuple[str, int | None], end_times: bool, ctx: Any
+                ) -> list[RankDump | Unreadable]:
+    """Read one file in a process of its own; report the file if that process dies."""
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        try:
+            return pool.submit(_load_chunk, [item], end_times).result()
+        except BrokenProcessPool:
+            return [Unreadable(item[0], "the process reading this file died (killed by the "
+                               "system, e.g. for memory, or crashed); the other files were "
+                               "analysed", item[1])]
 
 
 def load_dumps(

@@ -308,3 +308,29 @@ def test_a_fifo_among_many_dumps_is_named_not_waited_on(tmp_path):
     assert sorted(result.dumps) == list(range(70))
     assert [(os.path.basename(u.file), u.error) for u in result.unreadable] == [
         ("rank_70", "empty file (0 bytes)")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
+                    reason="the killer is planted in the parent and inherited by fork")
+def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from commscope.analyze import load
+
+    job = _missing_rank_job(24)
+    job.write(tmp_path)
+    real = load.load_file
+
+    def deadly(path, name_rank, end_times=False):
+        if path.endswith("rank_5"):  # as the kernel's OOM killer would
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, name_rank, end_times)
+
+    monkeypatch.setattr(load, "load_file", deadly)  # forked workers inherit it
+    result = analyze(tmp_path, jobs=2)
+    assert result.loaded == [r for r in range(24) if r != 5]
+    [u] = result.unreadable
+    assert u.file.endswith("rank_5") and "process reading this file died" in u.error
+    assert _root(result) == ("missing_rank", [2], 4)
