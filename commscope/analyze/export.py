@@ -7,7 +7,8 @@ Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev 
    one thread (``tid``) per group, named ``group <name> (<desc>)``.
 2. One complete event (``ph: "X"``, microseconds from the oldest record) per recorded
    collective. It ends at the recorded completion (``time_discovered_completed_ns`` or
-   ``duration_ms``, read back from the file) when the dump has one, else at the next
+   ``duration_ms``: ``RankDump.ends`` when loaded with ``end_times=True``, else read
+   back from the file) when the dump has one, else at the next
    record of the same track (an upper bound: gloo records no completion); an
    unfinished record ends at the newest timestamp of the whole dump set. Slices never
    overlap inside a track.

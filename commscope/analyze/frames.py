@@ -59,7 +59,8 @@ def user_frame(frames: Any) -> Frame | None:
 
 
 class FrameSource:
-    """Reads records back from the dump files (frames, completion times), small cache."""
+    """Reads records back from the dump files (frames; completion times when they were
+    not kept while loading), small cache."""
 
     def __init__(self, load: LoadResult) -> None:
         self._load = load

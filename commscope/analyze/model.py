@@ -109,8 +109,8 @@ class Track:
 
     Index ``i`` holds ``collective_seq_id == lo + i``. Columns are ``array`` objects;
     ``sig[i] == GAP`` when the rank has no record of that sequence number inside its
-    range. Completion times are not kept (only timelines need them; they are read back
-    from the file then).
+    range. Completion times are kept per dump, and only when loading for a timeline
+    (:attr:`RankDump.ends`).
     """
 
     lo: int
