@@ -320,7 +320,6 @@ def _iter_loaded(
     ctx = multiprocessing.get_context(method)
     done = 0
     yielded: set[Future[Any]] = set()
-    broken = False
     pool = ProcessPoolExecutor(jobs, mp_context=ctx)
     try:
         futures = {pool.submit(_load_chunk, chunk, end_times): chunk for chunk in chunks}
@@ -328,16 +327,15 @@ def _iter_loaded(
             try:
                 batch = future.result()
             except BrokenProcessPool:
-                broken = True
-                break
+                break  # a worker died: every unfinished future fails the same way
+            except Exception:  # e.g. a result that could not be sent back
+                continue  # read again below, alone
             yielded.add(future)
             done += len(batch)
             prefetch.up_to(done)
             yield batch
     finally:  # an interrupted load does not wait for the files still queued
         pool.shutdown(wait=True, cancel_futures=True)
-    if not broken:
-        return
     left = []
     for future, chunk in futures.items():
         if future in yielded:
@@ -347,7 +345,7 @@ def _iter_loaded(
         else:
             left.append(chunk)
     if left:
-        logger.warning("a reader process died; reading its %d files again one by one",
+        logger.warning("a reader process failed; reading its %d files again one by one",
                        sum(map(len, left)))
         for item in (item for chunk in left for item in chunk):
             yield _load_alone(item, end_times, ctx)
@@ -363,6 +361,9 @@ def _load_alone(item: tuple[str, int | None], end_times: bool, ctx: Any
             return [Unreadable(item[0], "the process reading this file died (killed by the "
                                "system, e.g. for memory, or crashed); the other files were "
                                "analysed", item[1])]
+        except Exception as exc:
+            return [Unreadable(item[0], f"internal error while reading ({type(exc).__name__}: "
+                               f"{exc})", item[1])]
 
 
 def load_dumps(

@@ -334,3 +334,26 @@ def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, mon
     [u] = result.unreadable
     assert u.file.endswith("rank_5") and "process reading this file died" in u.error
     assert _root(result) == ("missing_rank", [2], 4)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
+                    reason="the fault is planted in the parent and inherited by fork")
+def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
+    from commscope.analyze import load
+
+    job = _missing_rank_job(12)
+    job.write(tmp_path)
+    real = load.load_file
+
+    def unsendable(path, name_rank, end_times=False):
+        dump = real(path, name_rank, end_times)
+        if path.endswith("rank_7"):
+            dump.problems = [lambda: None]  # cannot be pickled back to the parent
+        return dump
+
+    monkeypatch.setattr(load, "load_file", unsendable)
+    result = analyze(tmp_path, jobs=2)
+    assert result.loaded == [r for r in range(12) if r != 7]
+    [u] = result.unreadable
+    assert u.file.endswith("rank_7") and "internal error while reading" in u.error
