@@ -35,6 +35,7 @@ DEFAULT_LAST = 8
 """Sequence numbers shown per group when ``--entries`` is given without a number."""
 _MAX_SPEC_RANKS = 1 << 20
 _MAX_P2P_RANKS = 16
+_MAX_GROUPS = 16
 _DONE = RETIRED | COMPLETED
 _DISAGREE = "ranks disagree:"
 _PER_RANK = "per rank:"
@@ -199,6 +200,18 @@ def format_entries(a: Analysis, *, last: int = DEFAULT_LAST, ranks: Iterable[int
     wanted = set(groups) if groups is not None else None
     views = [v for _, v in sorted(a.views.items(), key=lambda kv: (len(kv[0]), kv[0]))
              if wanted is None or _matches(v.group, wanted)]
+    with_p2p = {op.group for d in a.load.dumps.values() for op in d.p2p}
+    views = [v for v in views if v.max_hi >= 1 or v.group.key in with_p2p]  # has records
+    more = 0
+    if wanted is None and len(views) > _MAX_GROUPS:
+        # Many groups (one per TP or PP stage): the ones the findings name come first,
+        # then those where the job stops, in the usual order otherwise.
+        named = {f.group.key for f in a.findings if f.group is not None}
+        ranked = sorted(range(len(views)), key=lambda i: (
+            views[i].group.key not in named, views[i].frontier is None, i))
+        keep = sorted(ranked[:_MAX_GROUPS])
+        more = len(views) - len(keep)
+        views = [views[i] for i in keep]
     if wanted is not None and not views:
         known = ", ".join(sorted({v.group.display for v in a.views.values()})) or "none"
         raise ValueError(f"no group named {', '.join(sorted(wanted))} (groups: {known})")
@@ -206,7 +219,8 @@ def format_entries(a: Analysis, *, last: int = DEFAULT_LAST, ranks: Iterable[int
         raise ValueError(f"none of ranks {rank_list(shown)} is in the groups shown")
     out = [f"entries (newest {last} per group; ! = ranks disagree on op, sizes or dtypes):"]
     for v in views:
-        lines = _group_lines(a, v, shown, last)
-        if lines:
-            out += lines
+        out += _group_lines(a, v, shown, last)
+    if more:
+        out.append(f"... and {more} more groups (those named by a finding or where the job "
+                   "stops come first; choose others with --group)")
     return "\n".join(out) + "\n"

@@ -146,3 +146,20 @@ def test_point_to_point_listing_is_capped_with_the_stuck_ranks_kept(tmp_path):
     assert len(listed) == 16 and "rank 39" in listed
     assert "... and 24 more ranks with sends or recvs (choose them with --ranks)" in text
     assert "rank 39: recv ← 38 #1 done, send → 0 #2 pending" in text
+
+
+def test_many_groups_are_capped_with_the_stopped_one_kept(tmp_path):
+    job = SyntheticJob(40)
+    names = [job.group(str(i + 1), f"tp{i}", [2 * i, 2 * i + 1]) for i in range(20)]
+    for name in names:
+        job.collective("all_reduce", group=name)
+    job.collective("all_reduce", group=names[17], ranks=[34])  # rank 35 never joins
+    job.write(tmp_path)
+    a = analyze(tmp_path, jobs=1)
+    assert a.findings[0].group.desc == "tp17"
+    text = format_entries(a)
+    headers = [line for line in text.splitlines() if line.startswith("group ")]
+    assert len(headers) == 16 and any("tp17" in h for h in headers)
+    assert "... and 4 more groups" in text  # group 0 has no record: not counted
+    assert "34 pending; 35 not issued" in text
+    assert len(format_entries(a, groups=["tp3", "tp4"]).splitlines()) == 1 + 2 * 3
