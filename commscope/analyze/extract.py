@@ -55,7 +55,7 @@ from commscope.analyze.records import (
 from commscope.analyze.records import end_times as record_end_times
 from commscope.analyze.signature import coalesced_key, decode_sig, match_key, sig_key
 
-__all__ = ["DumpError", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
+__all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
 
 COMMSCOPE_FORMAT_PREFIX = "commscope.flight/"
 _RANKS_TEXT = re.compile(r"^\[\s*(\d+\s*(?:,\s*\d+\s*)*)?\]$")
@@ -66,6 +66,11 @@ _P2P_OPS = ("send", "recv")
 
 class DumpError(Exception):
     """A file that cannot be used at all; the message says why."""
+
+
+class Declined(Exception):
+    """The columns of the columnar reader could not be used: read the file again the
+    standard way (which says what is wrong with it, if anything)."""
 
 
 _RANKS_CACHE: dict[str, tuple[int, ...] | None] = {}
@@ -130,11 +135,13 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
 
 
 def extract_dump(data: Any, path: str, name_rank: int | None, *,
-                 end_times: bool = False) -> RankDump:
+                 end_times: bool = False, fast: tuple[list[Any], Any] | None = None) -> RankDump:
     """Build the :class:`RankDump` of one file's unpickled content (see module doc).
 
     ``end_times`` also keeps each record's completion time (``RankDump.ends``), which
-    the timeline exports draw.
+    the timeline exports draw. ``fast``: the checked columns and optional fields the
+    columnar reader made of the records (``data`` is then the file's top-level dict);
+    raises :class:`Declined` when they cannot be used after all.
     """
     if isinstance(data, list):
         if data and not any(isinstance(e, dict) for e in data[:100]):
@@ -172,11 +179,16 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         problems.append(f"entries is {short(entries)}, expected a list; no records used")
         entries = []
     counted: Counter[str] = Counter()
-    cols, kept = record_columns(entries, counted)
+    if fast is not None:
+        (cols, entries), kept = fast, None
+    else:
+        cols, kept = record_columns(entries, counted)
     mark = len(problems)
     try:
         _build(dump, cols, problems, entries)
     except OverflowError:  # an integer beyond 64 bits slipped through the fast path
+        if fast is not None:
+            raise Declined from None
         del problems[mark:]
         dump.tracks.clear()
         dump.p2p.clear()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import marshal
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -37,7 +38,8 @@ from typing import Any
 from commscope.analyze.model import COMPLETED, STARTED
 
 __all__ = [
-    "STATE_BITS", "record_columns", "slow_columns", "short", "end_times",
+    "STATE_BITS", "record_columns", "slow_columns", "short", "end_times", "reader_columns",
+    "RawFields",
     "R_RECORD", "R_PGID", "R_PG", "R_SEQ", "R_P2PSEQ", "R_NAME", "R_CREATED", "R_IN",
     "R_IDT", "R_OUT", "R_ODT", "R_STATE", "R_RETIRED", "R_ISP2P", "R_TSTART", "R_TDONE",
     "R_DUR", "R_PEER", "R_KEY",
@@ -73,6 +75,7 @@ _NONE = type(None)
 _BOOL = {bool}
 _STATES = set(STATE_BITS)
 _I64 = 2**63 - 1
+assert array("q").itemsize == 8  # the columnar reader hands over int64 bytes
 
 
 def short(value: Any, limit: int = 40) -> str:
@@ -105,6 +108,17 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
                         repeat(2)))
     except (KeyError, TypeError, IndexError, AttributeError, ValueError):
         return None  # a missing field, a non-dict record, or sizes marshal cannot write
+    return _checked_columns(name, record, pg_id, seq, p2p_seq, created, pg, state, retired,
+                            is_p2p, t_start, t_done, keys)
+
+
+def _checked_columns(name: Sequence[Any], record: Sequence[Any], pg_id: Sequence[Any],
+                     seq: Sequence[Any], p2p_seq: Sequence[Any], created: Sequence[Any],
+                     pg: Sequence[Any], state: Sequence[Any], retired: Sequence[Any],
+                     is_p2p: Sequence[Any], t_start: Sequence[Any], t_done: Sequence[Any],
+                     keys: list[bytes]) -> list[Any] | None:
+    """The fast path's columns from the raw field columns, or ``None`` when any value
+    is not what a well-formed record holds (see :func:`_fast_columns`)."""
     try:
         if set(map(type, chain(record, pg_id, seq, p2p_seq, created))) != _INT:
             return None  # a bool, float, text or None where an int belongs
@@ -149,6 +163,43 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
     cols = [record_arr, pg_id_arr, pg, seq_arr, p2p_arr, None, created_arr, None, None, None, None,
             state, retired, is_p2p, t_start, t_done, None, None, keys]
     return cols
+
+
+class RawFields:
+    """Stands in for the records list when the columns came from the columnar reader:
+    ``raw[i]`` is a dict of record ``i``'s optional fields that are read one record at
+    a time (``peer`` of p2p records, ``duration_ms`` for completion times)."""
+
+    def __init__(self, peer: list[Any], duration: list[Any]) -> None:
+        self.peer = peer
+        self.duration = duration
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"peer": self.peer[i], "duration_ms": self.duration[i]}
+
+    def __len__(self) -> int:
+        return len(self.peer)
+
+
+def _int64s(raw: bytes) -> array:
+    column = array("q")
+    column.frombytes(raw)
+    return column
+
+
+def reader_columns(result: tuple[Any, ...]) -> tuple[list[Any], RawFields]:
+    """The 19 columns from what ``_fastread.read_columns`` returned (which checked every
+    record as :func:`_checked_columns` does, more strictly), and the records' optional
+    fields (``peer``, ``duration_ms``)."""
+    (_top, record, pg_id, seq, p2p_seq, created, pg, state, retired, is_p2p, t_start,
+     t_done, keys, failed, peer, duration, first_has_failed) = result
+    cols = [_int64s(record), _int64s(pg_id), pg, _int64s(seq), _int64s(p2p_seq), None,
+            _int64s(created), None, None, None, None, state, retired, is_p2p, t_start, t_done,
+            None, None, keys]
+    # As _failed_column: only when the first record has the field, and some are True.
+    if first_has_failed and True in failed:
+        cols[R_RETIRED] = [r and f is not True for r, f in zip(cols[R_RETIRED], failed)]
+    return cols, RawFields(peer, duration)
 
 
 def _opt_int(e: dict[str, Any], key: str, default: Any, problems: Counter[str],
