@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="analyze_scale_"))
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
+    from commscope.analyze import load
+
+    reader = ("C columnar reader (_fastread)" if load._fastread is not None
+              and not os.environ.get("COMMSCOPE_NO_C_READER") else "standard unpickler only")
+    print(f"ours reads pickles with: {reader}")
     print(f"{args.entries} records per rank; the middle rank misses the newest collective\n")
     header = (f"{'ranks':>6} {'ours s':>7} {'torch s':>8} {'speedup':>8} {'ours cpu':>8} "
               f"{'torch cpu':>9} {'cpu ratio':>9} {'ours MB':>8} {'torch MB':>9} "

@@ -27,6 +27,7 @@
 #define MAX_STACK (1 << 22)
 #define MAX_MEMO (1 << 22)
 #define KEY_CACHE 64
+#define SIG_CACHE 8 /* recent signatures whose marshal key is reused */
 
 /* The record fields kept, in the order of the returned columns. */
 static const char *FIELDS[] = {
@@ -70,6 +71,9 @@ typedef struct {
     int key_idx[KEY_CACHE];
     int n_keys;
     int hint; /* where the next key is likely to be: records repeat one key order */
+    PyObject *sig_parts[SIG_CACHE][5];
+    PyObject *sig_key[SIG_CACHE];
+    int n_sigs, next_sig;
 } Reader;
 
 #define DECLINE (-1)
@@ -280,6 +284,82 @@ static int check_record(Reader *r)
     return 0;
 }
 
+/* Equal value and the same exact types all the way down (str, int, list, tuple, and
+ * the None/True/False singletons): marshal writes both to the same bytes. */
+static int same_value(PyObject *a, PyObject *b, int depth)
+{
+    if (a == b)
+        return 1;
+    if (Py_TYPE(a) != Py_TYPE(b) || depth > 4)
+        return 0;
+    if (PyUnicode_CheckExact(a))
+        return PyUnicode_Compare(a, b) == 0;
+    if (PyLong_CheckExact(a)) {
+        int oa = 0, ob = 0;
+        long long va = PyLong_AsLongLongAndOverflow(a, &oa);
+        long long vb = PyLong_AsLongLongAndOverflow(b, &ob);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return !oa && !ob && va == vb;
+    }
+    if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
+        Py_ssize_t n = Py_SIZE(a);
+        if (Py_SIZE(b) != n)
+            return 0;
+        PyObject **ia = PyList_CheckExact(a) ? ((PyListObject *)a)->ob_item
+                                             : ((PyTupleObject *)a)->ob_item;
+        PyObject **ib = PyList_CheckExact(b) ? ((PyListObject *)b)->ob_item
+                                             : ((PyTupleObject *)b)->ob_item;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!same_value(ia[i], ib[i], depth + 1))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* The marshal key of a record's signature: a recent one's when the parts are the same
+ * values (most records repeat a few signatures), else marshal's. New reference. */
+static PyObject *signature_key(Reader *r)
+{
+    PyObject *parts[5] = {r->slot[F_NAME], r->slot[F_IN], r->slot[F_OUT], r->slot[F_IDT],
+                          r->slot[F_ODT]};
+    for (int c = 0; c < r->n_sigs; c++) {
+        int j = 0;
+        while (j < 5 && same_value(parts[j], r->sig_parts[c][j], 0))
+            j++;
+        if (j == 5) {
+            Py_INCREF(r->sig_key[c]);
+            return r->sig_key[c];
+        }
+    }
+    PyObject *sig = PyTuple_Pack(5, parts[0], parts[1], parts[2], parts[3], parts[4]);
+    if (sig == NULL)
+        return NULL;
+    PyObject *key = PyMarshal_WriteObjectToString(sig, 2);
+    Py_DECREF(sig);
+    if (key == NULL)
+        return NULL;
+    int c = r->next_sig;
+    r->next_sig = (c + 1) % SIG_CACHE;
+    if (c < r->n_sigs) {
+        for (int j = 0; j < 5; j++)
+            Py_DECREF(r->sig_parts[c][j]);
+        Py_DECREF(r->sig_key[c]);
+    } else {
+        r->n_sigs++;
+    }
+    for (int j = 0; j < 5; j++) {
+        Py_INCREF(parts[j]);
+        r->sig_parts[c][j] = parts[j];
+    }
+    Py_INCREF(key);
+    r->sig_key[c] = key;
+    return key;
+}
+
 /* The open record is complete: move its fields into the columns. */
 static int finish_record(Reader *r)
 {
@@ -295,12 +375,7 @@ static int finish_record(Reader *r)
     for (int f = F_PG; f < N_COLUMNS; f++) /* the others are in the int64 columns */
         if (PyList_Append(r->cols[f], r->slot[f]) < 0)
             return ERROR;
-    PyObject *sig = PyTuple_Pack(5, r->slot[F_NAME], r->slot[F_IN], r->slot[F_OUT],
-                                 r->slot[F_IDT], r->slot[F_ODT]);
-    if (sig == NULL)
-        return ERROR;
-    PyObject *key = PyMarshal_WriteObjectToString(sig, 2);
-    Py_DECREF(sig);
+    PyObject *key = signature_key(r);
     if (key == NULL) {
         if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
@@ -673,6 +748,11 @@ static void reader_free(Reader *r)
     Py_XDECREF(r->marker);
     for (int i = 0; i < N_INTS; i++)
         PyMem_Free(r->ints[i]);
+    for (int c = 0; c < r->n_sigs; c++) {
+        for (int j = 0; j < 5; j++)
+            Py_DECREF(r->sig_parts[c][j]);
+        Py_DECREF(r->sig_key[c]);
+    }
     for (int i = 0; i < r->n_keys; i++)
         Py_DECREF(r->key_obj[i]);
 }

@@ -153,6 +153,8 @@ def test_damaged_bytes_never_crash_or_differ(tmp_path):
     for _i in range(600):
         raw = bytearray(rng.choice(originals))
         for _ in range(rng.randint(1, 4)):
+            if not raw:
+                break
             kind = rng.random()
             at = rng.randrange(len(raw))
             if kind < 0.5:
@@ -197,3 +199,17 @@ def test_hostile_pickles_are_declined_and_run_nothing(tmp_path):
     data = _job().dump(0)
     data["entries"].append(data["entries"][0])  # the same record twice
     assert fastread.read_columns(pickle.dumps(data, protocol=2)) is None
+
+
+@needs_reader
+def test_signatures_equal_in_value_but_not_in_type_keep_their_own_keys(tmp_path):
+    # the reader reuses a recent record's key when the signature parts are the same
+    # values of the same types; 1, True and 1.0 compare equal in Python but are not
+    data = _job().dump(0)
+    for entry, size in zip(data["entries"], [1, True, 1.0, 1, (1,), [1], 2**40, 1]):
+        entry["input_sizes"] = [[size]] if not isinstance(size, (tuple, list)) else [size]
+    path = tmp_path / "rank_0"
+    write_dump(data, str(path))
+    assert _agree(str(path))
+    fast = load._read_fast(str(path), None, True)
+    assert len(set(fast.sig_keys)) >= 6
