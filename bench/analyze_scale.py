@@ -22,6 +22,7 @@ ranks on this kind of box).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -108,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
     from commscope.analyze import load
+
+    # pip byte-compiles an installed package (torch's fr_trace included); an editable
+    # install compiles on first import, unless PYTHONDONTWRITEBYTECODE is set (it is on
+    # some CI boxes): compile ours once, so both tools start the same way.
+    compileall.compile_dir(str(ROOT / "commscope"), quiet=1)
 
     reader = ("C columnar reader (_fastread)" if load._fastread is not None
               and not os.environ.get("COMMSCOPE_NO_C_READER") else "standard unpickler only")
