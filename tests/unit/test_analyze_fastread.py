@@ -4,6 +4,15 @@
 well-formed case, and the file is then read the standard way. These tests check, on
 every fixture, on generated dumps with a hostile value in any field, and on randomly
 damaged bytes, that it never crashes and never gives a different result.
+
+After changing the C file, run these tests against an AddressSanitizer build too::
+
+    gcc -O1 -g -fsanitize=address,undefined -shared -fPIC \
+        -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+        commscope/analyze/_fastread.c -o /tmp/_fastread_asan.so
+    COMMSCOPE_FASTREAD_SO=/tmp/_fastread_asan.so ASAN_OPTIONS=detect_leaks=0 \
+        LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+        .venv/bin/python -m pytest -p no:cacheprovider tests/unit/test_analyze_fastread.py
 """
 
 from __future__ import annotations
@@ -27,8 +36,28 @@ from commscope.analyze.synth import SyntheticJob, write_dump
 from tests.unit.test_analyze_property import ENTRY_FIELDS, TOP_FIELDS, pickle_values
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-fastread = load._fastread
+
+
+def _reader():
+    """The built reader, or the one ``COMMSCOPE_FASTREAD_SO`` names (a sanitizer build)."""
+    path = os.environ.get("COMMSCOPE_FASTREAD_SO")
+    if not path:
+        return load._fastread
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_fastread", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fastread = _reader()
 needs_reader = pytest.mark.skipif(fastread is None, reason="the C reader is not built")
+
+
+@pytest.fixture(autouse=True)
+def _use_the_reader_under_test(monkeypatch):
+    monkeypatch.setattr(load, "_fastread", fastread)
 
 
 def _standard(path: str, rank: int | None, end_times: bool = True) -> RankDump | str:
