@@ -30,11 +30,12 @@ Algorithm (:func:`load_dumps`):
    claims no rank. Half-written files (``rank_0.tmp1234``) are skipped. The result
    never depends on listing order.
 
-Plain pickles are first offered to the optional C reader ``_fastread`` (built with the
-package when a compiler is there), which reads the records straight into columns
-instead of 2 000 dicts per file; it answers only for the common well-formed case and
-declines everything else to the standard path above, so results are the same either
-way (``COMMSCOPE_NO_C_READER=1`` turns it off).
+In the worker processes, plain pickles are first offered to the optional C reader
+``_fastread`` (built with the package when a compiler is there), which reads the records
+straight into columns instead of 2 000 dicts per file; it answers only for the common
+well-formed case and declines everything else to the standard path above, so results
+are the same either way (``COMMSCOPE_NO_C_READER=1`` turns it off). It never runs in the
+main process: were it ever to crash, that would cost one file (named), not the analysis.
 """
 
 from __future__ import annotations
@@ -259,11 +260,15 @@ def _read_fast(path: str, name_rank: int | None, end_times: bool) -> RankDump | 
         return None
 
 
-def load_file(path: str, name_rank: int | None, end_times: bool = False
-              ) -> RankDump | Unreadable:
-    """Read and extract one file; never raises for bad content."""
+def load_file(path: str, name_rank: int | None, end_times: bool = False,
+              columnar: bool = False) -> RankDump | Unreadable:
+    """Read and extract one file; never raises for bad content.
+
+    ``columnar`` first offers the file to the C reader: the worker processes do, so
+    that native code runs only where a crash would cost one file, not the analysis.
+    """
     try:
-        fast = _read_fast(path, name_rank, end_times)
+        fast = _read_fast(path, name_rank, end_times) if columnar else None
         if fast is not None:
             return fast
         data = read_dump_file(path)
@@ -277,14 +282,14 @@ def load_file(path: str, name_rank: int | None, end_times: bool = False
         )
 
 
-def _load_chunk(chunk: Sequence[tuple[str, int | None]], end_times: bool = False
-                ) -> list[RankDump | Unreadable]:
+def _load_chunk(chunk: Sequence[tuple[str, int | None]], end_times: bool = False,
+                columnar: bool = False) -> list[RankDump | Unreadable]:
     # Loading builds millions of short-lived containers and no reference cycles: the
     # cyclic collector would only rescan them (fr_trace disables it for the same reason).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return [load_file(p, r, end_times) for p, r in chunk]
+        return [load_file(p, r, end_times, columnar) for p, r in chunk]
     finally:
         if enabled:
             gc.enable()
@@ -362,7 +367,7 @@ def _iter_loaded(
     yielded: set[Future[Any]] = set()
     pool = ProcessPoolExecutor(jobs, mp_context=ctx)
     try:
-        futures = {pool.submit(_load_chunk, chunk, end_times): chunk for chunk in chunks}
+        futures = {pool.submit(_load_chunk, chunk, end_times, True): chunk for chunk in chunks}
         for future in as_completed(futures):
             try:
                 batch = future.result()
@@ -396,7 +401,7 @@ def _load_alone(item: tuple[str, int | None], end_times: bool, ctx: Any
     """Read one file in a process of its own; report the file if that process dies."""
     with ProcessPoolExecutor(1, mp_context=ctx) as pool:
         try:
-            return pool.submit(_load_chunk, [item], end_times).result()
+            return pool.submit(_load_chunk, [item], end_times, True).result()
         except BrokenProcessPool:
             return [Unreadable(item[0], "the process reading this file died (killed by the "
                                "system, e.g. for memory, or crashed); the other files were "

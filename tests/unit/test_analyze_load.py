@@ -323,10 +323,10 @@ def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, mon
     job.write(tmp_path)
     real = load.load_file
 
-    def deadly(path, name_rank, end_times=False):
+    def deadly(path, name_rank, end_times=False, columnar=False):
         if path.endswith("rank_5"):  # as the kernel's OOM killer would
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(path, name_rank, end_times)
+        return real(path, name_rank, end_times, columnar)
 
     monkeypatch.setattr(load, "load_file", deadly)  # forked workers inherit it
     result = analyze(tmp_path, jobs=2)
@@ -346,8 +346,8 @@ def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
     job.write(tmp_path)
     real = load.load_file
 
-    def unsendable(path, name_rank, end_times=False):
-        dump = real(path, name_rank, end_times)
+    def unsendable(path, name_rank, end_times=False, columnar=False):
+        dump = real(path, name_rank, end_times, columnar)
         if path.endswith("rank_7"):
             dump.problems = [lambda: None]  # cannot be pickled back to the parent
         return dump
