@@ -34,6 +34,17 @@ def _wait_for_job(
     waiting_since = None
     shown_wait = -1
     deadline = time.monotonic() + budget_s
+    # The faulty rank may say so before rank 0 has reported the step before the fault
+    # (they are different processes): its line waits for that step, so the story
+    # prints in order however the ranks are scheduled.
+    held: list[str] = []
+    last_step = -1
+
+    def show_held() -> None:
+        for text in held:
+            con.line(text)
+        held.clear()
+
     for msg in job.messages(timeout=budget_s):
         if msg.kind == "mesh":
             state.setdefault("mesh", {})[msg.rank] = msg.payload
@@ -44,21 +55,28 @@ def _wait_for_job(
             state["comm_files"] = msg.payload["files"]
         elif msg.kind == "step" and msg.rank == 0:
             step, loss = msg.payload
+            last_step = step
             con.line(f"  step {step}: mean loss {loss:.4f}")
+            if step >= FAULT_STEP - 1:
+                show_held()
         elif msg.kind == "fault":
             state["fault_at"] = time.monotonic()
-            con.line(
-                f"  rank {msg.rank} injects the fault at step {FAULT_STEP}: "
-                f"{FAULT_WORDS[msg.payload]}"
-            )
+            held.append(f"  rank {msg.rank} injects the fault at step {FAULT_STEP}: "
+                        f"{FAULT_WORDS[msg.payload]}")
+            if last_step >= FAULT_STEP - 1:
+                show_held()
         elif msg.kind == "result":
             state["results"][msg.rank] = msg.payload
         elif msg.kind == "error":
             state["errors"][msg.rank] = msg.payload
         elif msg.kind == "died":
             state["died"][msg.rank] = msg.payload
-            con.line(f"  rank {msg.rank} died (exit code {msg.payload})")
-        if state["fault_at"] is None:
+            text = f"  rank {msg.rank} died (exit code {msg.payload})"
+            if held:  # after the line saying it injects the fault
+                held.append(text)
+            else:
+                con.line(text)
+        if state["fault_at"] is None or (held and time.monotonic() < deadline):
             continue
         dumps = sorted(
             int(p.name.split("_")[-1])
@@ -69,6 +87,7 @@ def _wait_for_job(
         if len(settled) == world:
             time.sleep(0.3)  # let a rank that is mid-rename finish
             break
+        show_held()
         if waiting_since is None:
             waiting_since = time.monotonic()
             con.line(
@@ -83,6 +102,7 @@ def _wait_for_job(
             )
         if time.monotonic() > deadline:
             break
+    show_held()  # rank 0 never reported that step (it died): say it anyway
     con.end_progress()
     return state
 
