@@ -124,7 +124,7 @@ def test_fr_trace_spellings_work(capsys):
     assert main(["analyze", folder, "--entries", "--ranks", "0,2", "--group", "group_A",
                  "--group", "group_C"]) == 0
     ours = capsys.readouterr().out
-    assert fr_style == ours
+    assert fr_style.split("entries (")[1] == ours.split("entries (")[1]  # not the timing
     assert "group_B" not in ours.split("entries (")[1]
     assert "#2  all_reduce [[4]] Float  0 not issued; 2 started" in ours
 
