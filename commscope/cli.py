@@ -241,7 +241,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--world-size", type=int, help="number of ranks in the job (when the "
                    "dumps cannot tell, e.g. gloo dumps and a rank with no file)")
     p.add_argument("-j", "--jobs", type=int, help="processes reading files (default: one "
-                   "per CPU, up to 8, from 64 files on)")
+                   "per CPU, up to 8, from 64 files or 32 MB of dumps on)")
     p.add_argument("--straggler-ms", type=float, default=50.0,
                    help="median lag from which a rank arriving last is reported (default 50)")
     p.add_argument("--entries", "--just-print-entries", "--just_print_entries", type=int,

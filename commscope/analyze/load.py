@@ -82,6 +82,7 @@ _NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>(?:\.(?:json|pkl|pickle)
 _SCRATCH = re.compile(r"\.(tmp|part|partial|swp|lock)\w*$|~$")
 """Half-written files of atomic writers (``rank_0.tmp1234``) are not dumps."""
 _PARALLEL_MIN_FILES = 64
+_PARALLEL_MIN_BYTES = 32 << 20
 _PREFETCH_FILES = 128
 """How many files ahead of the workers the kernel is asked to read (parallel loads)."""
 _PREFETCH_BYTES = 8 << 20
@@ -295,8 +296,24 @@ def _load_chunk(chunk: Sequence[tuple[str, int | None]], end_times: bool = False
             gc.enable()
 
 
-def _default_jobs(n_files: int) -> int:
-    if n_files < _PARALLEL_MIN_FILES:
+def _total_bytes(files: Sequence[tuple[str, int | None]], enough: int) -> int:
+    """The files' size, counted until ``enough`` (unreadable ones count 0)."""
+    total = 0
+    for path, _ in files:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+        if total >= enough:
+            break
+    return total
+
+
+def _default_jobs(files: Sequence[tuple[str, int | None]]) -> int:
+    """One reader process per CPU (up to 8) from 64 files, or from 2 files holding 32 MB
+    (a few ranks with big rings: 20 000 records a rank is ~3.5 MB); else none."""
+    if len(files) < 2 or (len(files) < _PARALLEL_MIN_FILES and
+                          _total_bytes(files, _PARALLEL_MIN_BYTES) < _PARALLEL_MIN_BYTES):
         return 1
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -422,8 +439,9 @@ def load_dumps(
     """Load every rank's dump under ``path`` (a folder, one file, or a list of files).
 
     ``jobs`` worker processes read files in parallel (default: one per CPU, up to 8,
-    when there are at least 64 files). ``progress(done, total)`` is called as files
-    are read. Unreadable files are listed in ``LoadResult.unreadable`` with the reason.
+    when there are at least 64 files or 32 MB of them). ``progress(done, total)`` is
+    called as files are read. Unreadable files are listed in ``LoadResult.unreadable``
+    with the reason.
     ``end_times`` keeps each record's completion time too (``RankDump.ends``: 8 bytes
     a record), so that a timeline need not read the files again.
     """
@@ -439,7 +457,7 @@ def load_dumps(
             ignored.extend(skipped)
         files.sort()
         root = os.path.commonpath([os.fspath(p) for p in path]) if path else ""
-    n_jobs = _default_jobs(len(files)) if jobs is None else max(1, int(jobs))
+    n_jobs = _default_jobs(files) if jobs is None else max(1, int(jobs))
     table = SigTable()
     unreadable: list[Unreadable] = []
     by_rank: dict[int, list[RankDump]] = {}

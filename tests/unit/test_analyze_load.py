@@ -357,3 +357,18 @@ def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
     assert result.loaded == [r for r in range(12) if r != 7]
     [u] = result.unreadable
     assert u.file.endswith("rank_7") and "internal error while reading" in u.error
+
+
+def test_reader_processes_from_64_files_or_32_mb(tmp_path, monkeypatch):
+    from commscope.analyze import load
+
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    small = [(str(tmp_path / f"rank_{i}"), i) for i in range(8)]
+    for path, _ in small:
+        Path(path).write_bytes(b"x" * 1000)
+    assert load._default_jobs(small) == 1
+    assert load._default_jobs(small * 8) == 2  # 64 files
+    big = tmp_path / "rank_100"
+    big.write_bytes(b"\0" * (33 << 20))  # one rank with a big ring beside small ones
+    assert load._default_jobs([*small[:2], (str(big), 100)]) == 2
+    assert load._default_jobs([(str(big), 100)]) == 1  # one file: nothing to share
