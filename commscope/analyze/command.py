@@ -47,6 +47,10 @@ def progress_bar(enabled: bool | None = None) -> Iterator[Callable[[int, int], N
         if total < _BAR_MIN_FILES:
             return
         if "task" not in state:
+            if done == 0:
+                # Not before the first files are in: the reader processes are forked
+                # by then, and a fork must not copy the bar's thread in mid-write.
+                return
             bar.start()
             state["task"] = bar.add_task("read", total=total)
         bar.update(state["task"], completed=done)  # type: ignore[arg-type]

@@ -161,10 +161,16 @@ def test_progress_bar_only_on_a_terminal(capsys):
         assert cb is None
     with progress_bar() as cb:  # pytest's stderr is not a terminal
         assert cb is None
+    import threading
+
+    threads = threading.active_count()
     with progress_bar(enabled=True) as cb:  # forced: a rich bar, drawn from 16 files on
         assert callable(cb)
-        for i in range(0, 21):
+        cb(0, 20)  # no drawing thread yet: the reader processes are forked after this
+        assert threading.active_count() == threads
+        for i in range(1, 21):
             cb(i, 20)
+        assert threading.active_count() > threads
 
 
 def test_public_surface_is_importable_and_documented():
