@@ -488,13 +488,23 @@ static int make_tuple(Reader *r, Py_ssize_t lo)
     return push(r, t);
 }
 
-static PyObject *read_text(Reader *r, Py_ssize_t n)
+/* BINUNICODE and its short/long forms: a little-endian length of `width` bytes, then
+ * UTF-8 (surrogates allowed, as the unpickler decodes). Bad text declines. */
+static int push_text(Reader *r, int width)
 {
-    if (n < 0 || !need(r, n))
-        return NULL;
-    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p, n, "surrogatepass");
+    if (!need(r, width))
+        return DECLINE;
+    unsigned long long n = read_le(r->p, width);
+    r->p += width;
+    if (n > (unsigned long long)(r->end - r->p))
+        return DECLINE;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p, (Py_ssize_t)n, "surrogatepass");
     r->p += n;
-    return s;
+    if (s == NULL) {
+        PyErr_Clear();
+        return DECLINE;
+    }
+    return push(r, s);
 }
 
 static int step(Reader *r, int *stop)
@@ -585,40 +595,11 @@ static int step(Reader *r, int *stop)
     case 'u': /* SETITEMS */
         return set_items(r, pop_mark(r, 1));
     case 'X': /* BINUNICODE */
-        if (!need(r, 4))
-            return DECLINE;
-        {
-            Py_ssize_t n = (Py_ssize_t)read_le(r->p, 4);
-            r->p += 4;
-            PyObject *s = read_text(r, n);
-            if (s == NULL)
-                return PyErr_Occurred() ? (PyErr_Clear(), DECLINE) : DECLINE;
-            return push(r, s);
-        }
+        return push_text(r, 4);
     case 0x8c: /* SHORT_BINUNICODE */
-        if (!need(r, 1))
-            return DECLINE;
-        {
-            Py_ssize_t n = r->p[0];
-            r->p += 1;
-            PyObject *s = read_text(r, n);
-            if (s == NULL)
-                return PyErr_Occurred() ? (PyErr_Clear(), DECLINE) : DECLINE;
-            return push(r, s);
-        }
+        return push_text(r, 1);
     case 0x8d: /* BINUNICODE8 */
-        if (!need(r, 8))
-            return DECLINE;
-        {
-            unsigned long long n = read_le(r->p, 8);
-            r->p += 8;
-            if (n > (unsigned long long)PY_SSIZE_T_MAX)
-                return DECLINE;
-            PyObject *s = read_text(r, (Py_ssize_t)n);
-            if (s == NULL)
-                return PyErr_Occurred() ? (PyErr_Clear(), DECLINE) : DECLINE;
-            return push(r, s);
-        }
+        return push_text(r, 8);
     case 'J': /* BININT: 4 bytes, signed */
         if (!need(r, 4))
             return DECLINE;
@@ -789,7 +770,7 @@ static PyObject *read_columns(PyObject *Py_UNUSED(self), PyObject *arg)
     r.dur = PyList_New(0);
     if (!r.marker || !r.keys || !r.failed || !r.peer || !r.dur)
         rc = ERROR;
-    for (int f = 0; f < N_COLUMNS && rc == 0; f++)
+    for (int f = F_PG; f < N_COLUMNS && rc == 0; f++) /* the others: int64 columns */
         if ((r.cols[f] = PyList_New(0)) == NULL)
             rc = ERROR;
     while (rc == 0 && !stop)

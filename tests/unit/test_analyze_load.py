@@ -19,6 +19,9 @@ from commscope.analyze.load import DumpError, discover
 from commscope.analyze.synth import SyntheticJob, write_dump
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+needs_fork = pytest.mark.skipif(
+    "fork" not in __import__("multiprocessing").get_all_start_methods(),
+    reason="the fault is planted in the parent and inherited by the forked readers")
 
 
 def _missing_rank_job(world: int = 4) -> SyntheticJob:
@@ -311,8 +314,7 @@ def test_a_fifo_among_many_dumps_is_named_not_waited_on(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
-                    reason="the killer is planted in the parent and inherited by fork")
+@needs_fork
 def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, monkeypatch):
     import os
     import signal
@@ -337,8 +339,7 @@ def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, mon
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
-                    reason="the fault is planted in the parent and inherited by fork")
+@needs_fork
 def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
     from commscope.analyze import load
 
