@@ -18,8 +18,11 @@ Every road into a group passes through these methods, checked on torch 2.13:
   ``all_to_all_single``, ``broadcast``, ``barrier``, ``send`` and ``recv``.
 
 The deprecated aliases (``allgather_into_tensor_coalesced``,
-``reduce_scatter_tensor_coalesced``, ``alltoall_base``) are deliberately not defined:
-their base implementations call the new names, which land here. A method whose
+``reduce_scatter_tensor_coalesced``, ``alltoall_base``) are deliberately not defined on
+torch 2.13: their base implementations call the new names, which land here. Older
+torch has only those names (they are the real methods there), so on it they are defined
+instead, and ``_allgather_base``/``_reduce_scatter_base`` call the old single-tensor
+methods. A method whose
 trampoline exists must call ``ProcessGroup.<same name>`` directly from its own body:
 pybind recognises that frame and runs the base implementation instead of recursing.
 """
@@ -46,6 +49,13 @@ from commscope.flight.recorder import SLOT
 __all__ = ["RecordingProcessGroup"]
 
 _PG = dist.ProcessGroup
+
+# torch 2.13 named the single-tensor forms ``all_gather_single``/``reduce_scatter_single``;
+# older releases have only the underscored names, which newer ones keep as aliases.
+_ALL_GATHER_SINGLE = "all_gather_single" if hasattr(_PG, "all_gather_single") else "_allgather_base"
+_REDUCE_SCATTER_SINGLE = (
+    "reduce_scatter_single" if hasattr(_PG, "reduce_scatter_single") else "_reduce_scatter_base"
+)
 
 
 # --------------------------------------------------------------------------- the group
@@ -286,14 +296,19 @@ class RecordingProcessGroup(_PG):
         return rec.issued(e, work)
 
     def _allgather_base(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated alias of :meth:`all_gather_single` (recorded the same way)."""
+        """Deprecated alias of :meth:`all_gather_single` (recorded the same way).
+
+        What ``all_gather_into_tensor`` calls on torch before 2.13, which has no
+        ``all_gather_single``.
+        """
         inner = self._commscope_inner or _Base(self)
+        run = getattr(inner, _ALL_GATHER_SINGLE)
         rec = SLOT.rec
         if rec is None:
-            return inner.all_gather_single(*args, **kwargs)
+            return run(*args, **kwargs)
         e = rec.begin(self, "_all_gather_base", out_in, args, kwargs)
         try:
-            work = inner.all_gather_single(*args, **kwargs)
+            work = run(*args, **kwargs)
         except BaseException:
             rec.not_issued(e)
             raise
@@ -356,14 +371,19 @@ class RecordingProcessGroup(_PG):
         return rec.issued(e, work)
 
     def _reduce_scatter_base(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated alias of :meth:`reduce_scatter_single` (recorded the same way)."""
+        """Deprecated alias of :meth:`reduce_scatter_single` (recorded the same way).
+
+        What ``reduce_scatter_tensor`` calls on torch before 2.13, which has no
+        ``reduce_scatter_single``.
+        """
         inner = self._commscope_inner or _Base(self)
+        run = getattr(inner, _REDUCE_SCATTER_SINGLE)
         rec = SLOT.rec
         if rec is None:
-            return inner.reduce_scatter_single(*args, **kwargs)
+            return run(*args, **kwargs)
         e = rec.begin(self, "_reduce_scatter_base", out_in, args, kwargs)
         try:
-            work = inner.reduce_scatter_single(*args, **kwargs)
+            work = run(*args, **kwargs)
         except BaseException:
             rec.not_issued(e)
             raise
@@ -412,11 +432,61 @@ class RecordingProcessGroup(_PG):
         rec.issued(e, None)
         return result
 
+    # torch before 2.13: the older names are the real methods (not aliases). ----------
+
+    if not hasattr(_PG, "all_to_all_single"):
+
+        def alltoall_base(self, *args: Any, **kwargs: Any) -> Any:
+            """Record an ``all_to_all_single`` (torch < 2.13), then run it."""
+            inner = self._commscope_inner or _Base(self)
+            rec = SLOT.rec
+            if rec is None:
+                return inner.alltoall_base(*args, **kwargs)
+            e = rec.begin(self, "all_to_all", out_in, args, kwargs)
+            try:
+                work = inner.alltoall_base(*args, **kwargs)
+            except BaseException:
+                rec.not_issued(e)
+                raise
+            return rec.issued(e, work)
+
+    if not hasattr(_PG, "all_gather_single_coalesced"):
+
+        def allgather_into_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
+            """Record a coalesced ``all_gather_into_tensor`` (torch < 2.13), then run it."""
+            inner = self._commscope_inner or _Base(self)
+            rec = SLOT.rec
+            if rec is None:
+                return inner.allgather_into_tensor_coalesced(*args, **kwargs)
+            e = rec.begin(self, "all_gather_into_tensor_coalesced", out_in, args, kwargs)
+            try:
+                work = inner.allgather_into_tensor_coalesced(*args, **kwargs)
+            except BaseException:
+                rec.not_issued(e)
+                raise
+            return rec.issued(e, work)
+
+    if not hasattr(_PG, "reduce_scatter_single_coalesced"):
+
+        def reduce_scatter_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
+            """Record a coalesced ``reduce_scatter_tensor`` (torch < 2.13), then run it."""
+            inner = self._commscope_inner or _Base(self)
+            rec = SLOT.rec
+            if rec is None:
+                return inner.reduce_scatter_tensor_coalesced(*args, **kwargs)
+            e = rec.begin(self, "reduce_scatter_tensor_coalesced", out_in, args, kwargs)
+            try:
+                work = inner.reduce_scatter_tensor_coalesced(*args, **kwargs)
+            except BaseException:
+                rec.not_issued(e)
+                raise
+            return rec.issued(e, work)
+
     # Coalescing and splitting. -----------------------------------------------------
 
     def _start_coalescing(self, *args: Any, **kwargs: Any) -> Any:
         """Start a coalesced block: its collectives share one collective seq id."""
-        result = self._inner(_PG._start_coalescing)._start_coalescing(*args, **kwargs)
+        result = (self._commscope_inner or _Base(self))._start_coalescing(*args, **kwargs)
         info = getattr(self, "_commscope_info", None)
         if info is not None:
             info.coalescing = True
@@ -429,11 +499,11 @@ class RecordingProcessGroup(_PG):
         if info is not None:
             info.coalescing = False
             info.coalesced_seq = None
-        return self._inner(_PG._end_coalescing)._end_coalescing(*args, **kwargs)
+        return (self._commscope_inner or _Base(self))._end_coalescing(*args, **kwargs)
 
     def split_group(self, *args: Any, **kwargs: Any) -> Any:
         """Split as torch does; the new group is recorded too (see ``install.adopt``)."""
-        new = self._inner(_PG.split_group).split_group(*args, **kwargs)
+        new = (self._commscope_inner or _Base(self)).split_group(*args, **kwargs)
         rec = SLOT.rec
         info = getattr(self, "_commscope_info", None)
         if new is None or rec is None or info is None:

@@ -75,6 +75,8 @@ def build_dump(
     leaves ``entries`` empty; ``include_stack_traces=False`` leaves every ``frames``
     empty. Never raises for a half-updated entry: fields are read as they are.
     """
+    if rec.polled:
+        rec.poll()  # device-side works (NCCL): learn what completed since the last poll
     groups = list(rec.groups)
     out: dict[str, Any] = {
         "version": SCHEMA_VERSION,

@@ -34,6 +34,7 @@ class Entry:
 
     __slots__ = (
         "collective_seq_id",
+        "device",
         "duration_ms",
         "failed",
         "frames",
@@ -88,6 +89,8 @@ class Entry:
     start_perf_ns: int
     group: Any
     polled: bool
+    device: Any
+    """The first tensor's device; set only for polled (NCCL/XCCL) entries."""
 
     # The group's identity is read through ``group`` (a GroupInfo): it never changes
     # after the group is created, and not copying it keeps recording cheap.

@@ -15,7 +15,9 @@ keeping tensors alive (NCCL works excepted, see below):
   on a busy 2-core box, against +6 µs for the wrapper);
 * NCCL/XCCL futures complete at enqueue (CUDA futures), so their works are polled with
   ``is_completed()`` by the watchdog until done, then released (NCCL's own watchdog
-  holds them that long too).
+  holds them that long too). A synchronous call (``async_op=False``) returns no work
+  at all on NCCL: it runs on the caller's stream, so an event recorded on that stream
+  right after it is polled instead.
 
 Nothing here ever raises into the caller: the first internal failure is logged with
 its traceback and recording stops (``active`` becomes False); the job goes on.
@@ -35,7 +37,7 @@ from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.groups import GroupInfo
 from commscope.flight.ring import Ring
-from commscope.flight.work import TrackedWork
+from commscope.flight.work import TrackedWork, stream_mark
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
@@ -56,6 +58,17 @@ the group rank of a p2p op's other side, ``None`` for a collective.
 _getframe = sys._getframe
 _new_entry = object.__new__
 get_ident = threading.get_ident
+
+
+def _first_device(items: Sequence[Any]) -> Any:
+    """Device of the first tensor of ``items`` (which may nest one list), or ``None``."""
+    for x in items:
+        if isinstance(x, (list, tuple)):
+            if not x:
+                continue
+            x = x[0]
+        return x.device
+    return None
 
 
 def _device_type(items: Sequence[Any]) -> str:
@@ -166,6 +179,8 @@ class Recorder:
             else:
                 backend = info.default_backend
             e.polled = backend in POLLED_BACKENDS
+            if e.polled:
+                e.device = _first_device(inputs) or _first_device(outputs)
             if peer is None:
                 e.profiling_name = f"{backend}:{op}"
                 e.is_p2p = False
@@ -257,16 +272,21 @@ class Recorder:
             info = e.group
             if not e.is_p2p and e.collective_seq_id > info.last_started:
                 info.last_started = e.collective_seq_id
+            if e.polled:
+                # A synchronous NCCL call (``async_op=False``) returns no work: it ran
+                # on the caller's stream, so a device event recorded there now tells
+                # when it completes on the device.
+                watch = work if work is not None else stream_mark(e.device)
+                if watch is not None:
+                    polled = self.polled
+                    polled[e.record_id] = (e, watch)
+                    if len(polled) >= 1024:
+                        # Without a watchdog (or between its rounds) check here too, so
+                        # completed works are let go and the dict stays small.
+                        self.poll()
+                    return work
             if work is None:
                 self.complete(e)
-                return work
-            if e.polled:
-                polled = self.polled
-                polled[e.record_id] = (e, work)
-                if len(polled) >= 1024:
-                    # Without a watchdog (or between its rounds) check here too, so
-                    # completed works are let go and the dict stays small.
-                    self.poll()
                 return work
             return TrackedWork(work, e, self)
         except Exception as exc:

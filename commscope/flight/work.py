@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["TrackedWork"]
+__all__ = ["TrackedWork", "StreamMark", "stream_mark"]
 
 
 class TrackedWork(dist.Work):
@@ -125,3 +125,43 @@ class TrackedWork(dist.Work):
                 self._done()
         except Exception:
             pass
+
+
+class StreamMark:
+    """Stands in for the work of a synchronous device-side call, which has none.
+
+    Holds a device event recorded on the caller's stream right after the call; the
+    recorder polls it like a work. It keeps no tensor.
+    """
+
+    __slots__ = ("_event",)
+
+    def __init__(self, event: Any) -> None:
+        self._event = event
+
+    def is_completed(self) -> bool:
+        """Whether the device has passed the event."""
+        return bool(self._event.query())
+
+    def exception(self) -> None:
+        """Always ``None``: a device event carries no error."""
+        return None
+
+
+def stream_mark(device: Any) -> StreamMark | None:
+    """A :class:`StreamMark` on ``device``'s current stream, or ``None`` when none can be
+    made (no device, a device type without events, a stream being captured into a
+    CUDA graph, where an event cannot be queried)."""
+    if device is None:
+        return None
+    import torch
+
+    module = getattr(torch, str(device.type), None)
+    if module is None or not hasattr(module, "Event") or not hasattr(module, "current_stream"):
+        return None
+    capturing = getattr(module, "is_current_stream_capturing", None)
+    if capturing is not None and capturing():
+        return None
+    event = module.Event()
+    event.record(module.current_stream(device))
+    return StreamMark(event)

@@ -460,3 +460,32 @@ def test_a_group_built_in_cpp_is_adopted_and_recorded(tmp_path):
         assert config is not None and config["desc"] == "made_by_split"
         assert config["ranks"] == "[0, 1]", config
         assert group  # the plain group's own name
+
+
+def _split_on_gloo(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+
+    _init(rank, world_size, watchdog=False, handle_signals=False, dump_on_exception=False)
+    part = dist.group.WORLD.split_group([0], group_desc="split_part")
+    t = torch.ones(2)
+    dist.all_reduce(t, group=part)
+    errors = []
+    for call in (part._start_coalescing, part._end_coalescing):
+        try:
+            call(torch.device("cpu"))
+        except RuntimeError as exc:  # gloo has no coalescing; the call reached it
+            errors.append(str(exc))
+    snap = flight.snapshot()
+    return (type(part).__name__, errors,
+            [(e["profiling_name"], e["process_group"][1], e["state"]) for e in snap["entries"]])
+
+
+def test_split_group_and_coalescing_calls_reach_the_backend(tmp_path):
+    # one rank: gloo splits only a group of one without an accelerator-bound default group
+    [(kind, errors, entries)] = run_ranks(_split_on_gloo, 1, tmp_path, timeout=60, init=False)
+    assert kind == "RecordingProcessGroup"
+    assert entries == [("gloo:all_reduce", "split_part", "completed")]
+    assert [("startCoalescing" in errors[0]), ("endCoalescing" in errors[1])] == [True, True]
