@@ -37,7 +37,7 @@ from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.groups import GroupInfo
 from commscope.flight.ring import Ring
-from commscope.flight.work import TrackedWork, stream_mark
+from commscope.flight.work import StreamMark, TrackedWork, release_mark, stream_mark
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
@@ -356,7 +356,10 @@ class Recorder:
                     duration = float(work._get_duration())
                 except Exception:
                     duration = None  # keep the wall time complete() measures
-            self.polled.pop(rid, None)
+            if self.polled.pop(rid, None) is None:
+                continue  # the other thread polling (watchdog or caller) retired it
+            if type(work) is StreamMark and not failed:
+                release_mark(work)
             self.complete(e, failed=failed)
             if duration is not None and duration >= 0:
                 e.duration_ms = duration

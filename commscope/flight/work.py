@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["TrackedWork", "StreamMark", "stream_mark"]
+__all__ = ["TrackedWork", "StreamMark", "stream_mark", "release_mark"]
 
 
 class TrackedWork(dist.Work):
@@ -131,13 +131,15 @@ class StreamMark:
     """Stands in for the work of a synchronous device-side call, which has none.
 
     Holds a device event recorded on the caller's stream right after the call; the
-    recorder polls it like a work. It keeps no tensor.
+    recorder polls it like a work, then hands it back with :func:`release_mark` for
+    reuse (creating an event costs more than recording one). It keeps no tensor.
     """
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_kind")
 
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: Any, kind: str) -> None:
         self._event = event
+        self._kind = kind
 
     def is_completed(self) -> bool:
         """Whether the device has passed the event."""
@@ -148,20 +150,47 @@ class StreamMark:
         return None
 
 
+_MAX_FREE_MARKS = 4096
+_free_marks: dict[str, list[StreamMark]] = {}
+_device_api: dict[str, tuple[Any, Any, Any] | None] = {}
+
+
+def _api(kind: str) -> tuple[Any, Any, Any] | None:
+    """``(Event, current_stream, is_current_stream_capturing)`` of ``torch.<kind>``."""
+    import torch
+
+    module = getattr(torch, kind, None)
+    event = getattr(module, "Event", None)
+    current = getattr(module, "current_stream", None)
+    if event is None or current is None:
+        api = None
+    else:
+        api = (event, current, getattr(module, "is_current_stream_capturing", None))
+    _device_api[kind] = api
+    return api
+
+
 def stream_mark(device: Any) -> StreamMark | None:
     """A :class:`StreamMark` on ``device``'s current stream, or ``None`` when none can be
     made (no device, a device type without events, a stream being captured into a
     CUDA graph, where an event cannot be queried)."""
     if device is None:
         return None
-    import torch
-
-    module = getattr(torch, str(device.type), None)
-    if module is None or not hasattr(module, "Event") or not hasattr(module, "current_stream"):
+    kind = device.type
+    api = _device_api[kind] if kind in _device_api else _api(kind)
+    if api is None:
         return None
-    capturing = getattr(module, "is_current_stream_capturing", None)
+    event_type, current_stream, capturing = api
     if capturing is not None and capturing():
         return None
-    event = module.Event()
-    event.record(module.current_stream(device))
-    return StreamMark(event)
+    free = _free_marks.get(kind)
+    mark = free.pop() if free else StreamMark(event_type(), kind)
+    mark._event.record(current_stream(device))
+    return mark
+
+
+def release_mark(mark: StreamMark) -> None:
+    """Give back a completed mark so that its event is recorded again next time."""
+    free = _free_marks.setdefault(mark._kind, [])
+    if len(free) < _MAX_FREE_MARKS:
+        free.append(mark)

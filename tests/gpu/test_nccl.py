@@ -111,6 +111,9 @@ def _every_road(rank, world_size, prefix):
     cm.wait()
     model = nn.parallel.DistributedDataParallel(nn.Linear(64, 64).to(dev))
     model(torch.randn(8, 64, device=dev)).sum().backward()
+    small = torch.ones(2, device=dev)
+    for _ in range(1500):  # synchronous: each tracked by a (reused) device event
+        dist.all_reduce(small)
     _settle()
     del t
     snap = flight.snapshot()
@@ -137,7 +140,7 @@ def test_every_road_into_an_nccl_group_is_recorded_and_completes(tmp_path):
     coalesced = [e for e in entries if e["input_sizes"] == [[3], [3]]]
     assert [e["profiling_name"] for e in coalesced] == ["nccl:allreduce_coalesced"], names
     # device-side completion, learnt by polling the works: every record completed
-    assert [e["state"] for e in entries] == ["completed"] * len(entries), names
+    assert {e["state"] for e in entries} == {"completed"}, names
     # NCCL's own device timing filled duration_ms
     assert all(isinstance(e.get("duration_ms"), float) for e in entries), entries
     # the subgroup's records are in it, and its members are right (gloo's are not)
@@ -146,7 +149,7 @@ def test_every_road_into_an_nccl_group_is_recorded_and_completes(tmp_path):
     sub_ids = {e["pg_id"] for e in entries if e["process_group"][1] != "default_pg"}
     assert sub_ids, "no record on the new_group"
     # DDP's gradient all_reduce comes from C++ (the reducer), and is recorded too
-    assert names.count("nccl:all_reduce") >= 4, names
+    assert names.count("nccl:all_reduce") >= 1504, len(names)
     assert res["tensor_freed"], "the recorder kept the CUDA tensor alive"
     with open(res["path"], "rb") as f:
         assert pickle.load(f)["entries"][0]["profiling_name"] == names[0]
