@@ -64,7 +64,10 @@ def find_meshes(meshes: dict[int, Any], max_frames: int = 48) -> None:
     """
     from torch.distributed.device_mesh import DeviceMesh
 
-    frame = sys._getframe(2)
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called from C++ with no Python caller (autograd's threads)
+        return
     for _ in range(max_frames):
         if frame is None:
             return

@@ -208,7 +208,9 @@ class Recorder:
             if limit:
                 frames: list[Any] = []
                 push = frames.append
-                f = _getframe(2)
+                # (from C++, e.g. DDP's reducer on the autograd engine's device thread,
+                # there may be no caller frame at all: f is then None)
+                f = _getframe(1).f_back
                 while f is not None and limit:
                     push(f.f_code)
                     push(f.f_lasti)

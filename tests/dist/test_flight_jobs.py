@@ -489,3 +489,34 @@ def test_split_group_and_coalescing_calls_reach_the_backend(tmp_path):
     assert kind == "RecordingProcessGroup"
     assert entries == [("gloo:all_reduce", "split_part", "completed")]
     assert [("startCoalescing" in errors[0]), ("endCoalescing" in errors[1])] == [True, True]
+
+
+def _called_from_cpp_thread(rank, world_size):
+    import _thread
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+    from commscope.flight.api import _state
+
+    _init(rank, world_size, watchdog=False, handle_signals=False, dump_on_exception=False)
+    rec = _state.recorder
+    t = torch.ones(3)
+    # A thread whose first Python frame is the group's method itself, as when DDP's
+    # reducer calls it from the autograd engine's device thread: no caller frame.
+    _thread.start_new_thread(dist.group.WORLD.allreduce, ([t],))
+    deadline = time.monotonic() + 20
+    while rec.ring._written < 1 and rec.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dist.all_reduce(t)
+    entries = flight.snapshot()["entries"]
+    return rec.active, [(e["profiling_name"], len(e["frames"])) for e in entries]
+
+
+def test_a_call_with_no_python_caller_is_recorded_and_recording_goes_on(tmp_path):
+    [(active, entries)] = run_ranks(_called_from_cpp_thread, 1, tmp_path, timeout=60, init=False)
+    assert active, "the recorder stopped"
+    assert entries[0] == ("gloo:all_reduce", 0)
+    assert entries[1][0] == "gloo:all_reduce" and entries[1][1] > 0
