@@ -170,6 +170,61 @@ def _api(kind: str) -> tuple[Any, Any, Any] | None:
     return api
 
 
+class _CudaStreams:
+    """The current CUDA stream without ``torch.cuda.current_stream``'s per-call cost.
+
+    That call builds a new ``Stream`` object each time (several microseconds on a
+    synchronous NCCL call of a few tens); this asks torch's C binding for the stream's
+    identity and keeps one ``Stream`` object per identity. Used only when the binding
+    exists (CUDA builds); otherwise :func:`stream_mark` takes the public calls.
+    """
+
+    __slots__ = ("capturing", "current", "known", "make", "record")
+
+    def __init__(self, torch: Any) -> None:
+        self.current = torch._C._cuda_getCurrentStream
+        self.capturing = torch._C._cuda_isCurrentStreamCapturing
+        self.record = torch._C._CudaEventBase.record
+        self.make = torch.cuda.Stream
+        self.known: dict[Any, Any] = {}
+
+    def mark(self, device: Any) -> StreamMark | None:
+        if self.capturing():
+            return None
+        key = self.current(device.index if device.index is not None else -1)
+        stream = self.known.get(key)
+        if stream is None:
+            if len(self.known) >= 256:
+                self.known.clear()
+            stream = self.known[key] = self.make(
+                stream_id=key[0], device_index=key[1], device_type=key[2]
+            )
+        free = _free_marks.get("cuda")
+        mark = free.pop() if free else StreamMark(self.make_event(), "cuda")
+        self.record(mark._event, stream)
+        return mark
+
+    @staticmethod
+    def make_event() -> Any:
+        import torch
+
+        return torch.cuda.Event()
+
+
+_cuda_streams: list[_CudaStreams | None] = []
+
+
+def _cuda_fast_path() -> _CudaStreams | None:
+    if not _cuda_streams:
+        import torch
+
+        try:
+            _cuda_streams.append(_CudaStreams(torch))
+        except AttributeError:  # a build or release without those bindings
+            _cuda_streams.append(None)
+    return _cuda_streams[0]
+
+
 def stream_mark(device: Any) -> StreamMark | None:
     """A :class:`StreamMark` on ``device``'s current stream, or ``None`` when none can be
     made (no device, a device type without events, a stream being captured into a
@@ -177,6 +232,10 @@ def stream_mark(device: Any) -> StreamMark | None:
     if device is None:
         return None
     kind = device.type
+    if kind == "cuda":
+        fast = _cuda_streams[0] if _cuda_streams else _cuda_fast_path()
+        if fast is not None:
+            return fast.mark(device)
     api = _device_api[kind] if kind in _device_api else _api(kind)
     if api is None:
         return None

@@ -151,7 +151,8 @@ def test_every_road_into_an_nccl_group_is_recorded_and_completes(tmp_path):
     # DDP's gradient all_reduce comes from C++ (the reducer, on the autograd engine's
     # device thread, with no Python caller), and is recorded too; recording goes on
     ddp = [e for e in entries if e["input_sizes"] == [[64 * 64 + 64]]]
-    assert [e["profiling_name"] for e in ddp] == ["nccl:all_reduce"], names[:20]
+    # (DDP's construction also broadcasts the parameters: same size)
+    assert "nccl:all_reduce" in [e["profiling_name"] for e in ddp], names[:20]
     assert names.count("nccl:all_reduce") >= 1505, len(names)
     assert res["tensor_freed"], "the recorder kept the CUDA tensor alive"
     with open(res["path"], "rb") as f:
