@@ -199,8 +199,7 @@ class _CudaStreams:
             stream = self.known[key] = self.make(
                 stream_id=key[0], device_index=key[1], device_type=key[2]
             )
-        free = _free_marks.get("cuda")
-        mark = free.pop() if free else StreamMark(self.make_event(), "cuda")
+        mark = _take_mark("cuda") or StreamMark(self.make_event(), "cuda")
         self.record(mark._event, stream)
         return mark
 
@@ -242,10 +241,21 @@ def stream_mark(device: Any) -> StreamMark | None:
     event_type, current_stream, capturing = api
     if capturing is not None and capturing():
         return None
-    free = _free_marks.get(kind)
-    mark = free.pop() if free else StreamMark(event_type(), kind)
+    mark = _take_mark(kind) or StreamMark(event_type(), kind)
     mark._event.record(current_stream(device))
     return mark
+
+
+def _take_mark(kind: str) -> StreamMark | None:
+    """A released mark of ``kind`` to record again, or ``None`` (thread-safe: two
+    threads may race for the last one)."""
+    free = _free_marks.get(kind)
+    if not free:
+        return None
+    try:
+        return free.pop()
+    except IndexError:
+        return None
 
 
 def release_mark(mark: StreamMark) -> None:
