@@ -4,8 +4,10 @@
 while recording is enabled (see :mod:`commscope.flight.install`). The real backends
 (gloo, nccl, fake, ...) are registered on it exactly as on a plain group, so names,
 descriptions, ``_get_backend``, bound devices and the group registry are untouched.
-Each collective method records an entry and then calls the base implementation, which
-goes through the ``c10d`` dispatcher to the real backend as before.
+Each collective method hands the call to a plain twin group, which goes through the
+``c10d`` dispatcher to the real backend as before, and records an entry: before handing
+it over where that can block (NCCL), just after where the backend only enqueues (gloo);
+see :meth:`commscope.flight.recorder.Recorder.run`.
 
 Every road into a group passes through these methods, checked on torch 2.13:
 
@@ -112,188 +114,149 @@ class RecordingProcessGroup(_PG):
     # Methods with a pybind trampoline (reached from C++ as well as Python). -----------
 
     def allreduce(self, *args: Any, **kwargs: Any) -> Any:
-        """Record an ``all_reduce``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run an ``all_reduce`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.allreduce(self, *args, **kwargs)
+        call = inner.allreduce
         rec = SLOT.rec
         if rec is None:
-            return inner.allreduce(*args, **kwargs)
-        e = rec.begin(self, "all_reduce", inplace, args, kwargs)
-        try:
-            work = inner.allreduce(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "all_reduce", inplace, call, args, kwargs)
 
     def allreduce_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a coalesced ``all_reduce``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a coalesced ``all_reduce`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.allreduce_coalesced(self, *args, **kwargs)
+        call = inner.allreduce_coalesced
         rec = SLOT.rec
         if rec is None:
-            return inner.allreduce_coalesced(*args, **kwargs)
-        e = rec.begin(self, "allreduce_coalesced", inplace, args, kwargs)
-        try:
-            work = inner.allreduce_coalesced(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "allreduce_coalesced", inplace, call, args, kwargs)
 
     def allgather(self, *args: Any, **kwargs: Any) -> Any:
-        """Record an ``all_gather`` (list form), then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run an ``all_gather`` (list form) and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.allgather(self, *args, **kwargs)
+        call = inner.allgather
         rec = SLOT.rec
         if rec is None:
-            return inner.allgather(*args, **kwargs)
-        e = rec.begin(self, "all_gather", gather_like, args, kwargs)
-        try:
-            work = inner.allgather(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "all_gather", gather_like, call, args, kwargs)
 
     def all_gather_single_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a coalesced ``all_gather_into_tensor``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a coalesced ``all_gather_into_tensor`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.all_gather_single_coalesced(self, *args, **kwargs)
+        call = inner.all_gather_single_coalesced
         rec = SLOT.rec
         if rec is None:
-            return inner.all_gather_single_coalesced(*args, **kwargs)
-        e = rec.begin(self, "all_gather_into_tensor_coalesced", out_in, args, kwargs)
-        try:
-            work = inner.all_gather_single_coalesced(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "all_gather_into_tensor_coalesced", out_in, call, args, kwargs)
 
     def reduce_scatter(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``reduce_scatter`` (list form), then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``reduce_scatter`` (list form) and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.reduce_scatter(self, *args, **kwargs)
+        call = inner.reduce_scatter
         rec = SLOT.rec
         if rec is None:
-            return inner.reduce_scatter(*args, **kwargs)
-        e = rec.begin(self, "reduce_scatter", scatter_like, args, kwargs)
-        try:
-            work = inner.reduce_scatter(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "reduce_scatter", scatter_like, call, args, kwargs)
 
     def reduce_scatter_single_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a coalesced ``reduce_scatter_tensor``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a coalesced ``reduce_scatter_tensor`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.reduce_scatter_single_coalesced(self, *args, **kwargs)
+        call = inner.reduce_scatter_single_coalesced
         rec = SLOT.rec
         if rec is None:
-            return inner.reduce_scatter_single_coalesced(*args, **kwargs)
-        e = rec.begin(self, "reduce_scatter_tensor_coalesced", out_in, args, kwargs)
-        try:
-            work = inner.reduce_scatter_single_coalesced(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "reduce_scatter_tensor_coalesced", out_in, call, args, kwargs)
 
     def all_to_all_single(self, *args: Any, **kwargs: Any) -> Any:
-        """Record an ``all_to_all_single``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run an ``all_to_all_single`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.all_to_all_single(self, *args, **kwargs)
+        call = inner.all_to_all_single
         rec = SLOT.rec
         if rec is None:
-            return inner.all_to_all_single(*args, **kwargs)
-        e = rec.begin(self, "all_to_all", out_in, args, kwargs)
-        try:
-            work = inner.all_to_all_single(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "all_to_all", out_in, call, args, kwargs)
 
     def barrier(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``barrier``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``barrier`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.barrier(self, *args, **kwargs)
+        call = inner.barrier
         rec = SLOT.rec
         if rec is None:
-            return inner.barrier(*args, **kwargs)
-        e = rec.begin(self, "barrier", nothing, args, kwargs)
-        try:
-            work = inner.barrier(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "barrier", nothing, call, args, kwargs)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``broadcast``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``broadcast`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.broadcast(self, *args, **kwargs)
+        call = inner.broadcast
         rec = SLOT.rec
         if rec is None:
-            return inner.broadcast(*args, **kwargs)
-        e = rec.begin(self, "broadcast", inplace, args, kwargs)
-        try:
-            work = inner.broadcast(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "broadcast", inplace, call, args, kwargs)
 
     def send(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``send`` with its peer, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``send`` with its peer and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.send(self, *args, **kwargs)
+        call = inner.send
         rec = SLOT.rec
         if rec is None:
-            return inner.send(*args, **kwargs)
-        e = rec.begin(self, "send", p2p, args, kwargs)
-        try:
-            work = inner.send(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "send", p2p, call, args, kwargs)
 
     def recv(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``recv`` with its peer, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``recv`` with its peer and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.recv(self, *args, **kwargs)
+        call = inner.recv
         rec = SLOT.rec
         if rec is None:
-            return inner.recv(*args, **kwargs)
-        e = rec.begin(self, "recv", p2p, args, kwargs)
-        try:
-            work = inner.recv(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "recv", p2p, call, args, kwargs)
 
     # Methods without a trampoline (reached from Python only). -------------------------
 
     def reduce(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``reduce``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``reduce`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.reduce(self, *args, **kwargs)
+        call = inner.reduce
         rec = SLOT.rec
         if rec is None:
-            return inner.reduce(*args, **kwargs)
-        e = rec.begin(self, "reduce", inplace, args, kwargs)
-        try:
-            work = inner.reduce(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "reduce", inplace, call, args, kwargs)
 
     def all_gather_single(self, *args: Any, **kwargs: Any) -> Any:
-        """Record an ``all_gather_into_tensor``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run an ``all_gather_into_tensor`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.all_gather_single(self, *args, **kwargs)
+        call = inner.all_gather_single
         rec = SLOT.rec
         if rec is None:
-            return inner.all_gather_single(*args, **kwargs)
-        e = rec.begin(self, "_all_gather_base", out_in, args, kwargs)
-        try:
-            work = inner.all_gather_single(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "_all_gather_base", out_in, call, args, kwargs)
 
     def _allgather_base(self, *args: Any, **kwargs: Any) -> Any:
         """Deprecated alias of :meth:`all_gather_single` (recorded the same way).
@@ -301,74 +264,58 @@ class RecordingProcessGroup(_PG):
         What ``all_gather_into_tensor`` calls on torch before 2.13, which has no
         ``all_gather_single``.
         """
-        inner = self._commscope_inner or _Base(self)
-        run = getattr(inner, _ALL_GATHER_SINGLE)
+        inner = self._commscope_inner
+        if inner is None:
+            return getattr(_PG, _ALL_GATHER_SINGLE)(self, *args, **kwargs)
+        call = getattr(inner, _ALL_GATHER_SINGLE)
         rec = SLOT.rec
         if rec is None:
-            return run(*args, **kwargs)
-        e = rec.begin(self, "_all_gather_base", out_in, args, kwargs)
-        try:
-            work = run(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "_all_gather_base", out_in, call, args, kwargs)
 
     def allgather_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a coalesced ``all_gather`` (list form), then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a coalesced ``all_gather`` (list form) and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.allgather_coalesced(self, *args, **kwargs)
+        call = inner.allgather_coalesced
         rec = SLOT.rec
         if rec is None:
-            return inner.allgather_coalesced(*args, **kwargs)
-        e = rec.begin(self, "ALLGATHER_coalesced", gather_like, args, kwargs)
-        try:
-            work = inner.allgather_coalesced(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "ALLGATHER_coalesced", gather_like, call, args, kwargs)
 
     def gather(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``gather``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``gather`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.gather(self, *args, **kwargs)
+        call = inner.gather
         rec = SLOT.rec
         if rec is None:
-            return inner.gather(*args, **kwargs)
-        e = rec.begin(self, "gather", gather_like, args, kwargs)
-        try:
-            work = inner.gather(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "gather", gather_like, call, args, kwargs)
 
     def scatter(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``scatter``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``scatter`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.scatter(self, *args, **kwargs)
+        call = inner.scatter
         rec = SLOT.rec
         if rec is None:
-            return inner.scatter(*args, **kwargs)
-        e = rec.begin(self, "scatter", scatter_like, args, kwargs)
-        try:
-            work = inner.scatter(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "scatter", scatter_like, call, args, kwargs)
 
     def reduce_scatter_single(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``reduce_scatter_tensor``, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``reduce_scatter_tensor`` and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.reduce_scatter_single(self, *args, **kwargs)
+        call = inner.reduce_scatter_single
         rec = SLOT.rec
         if rec is None:
-            return inner.reduce_scatter_single(*args, **kwargs)
-        e = rec.begin(self, "_reduce_scatter_base", out_in, args, kwargs)
-        try:
-            work = inner.reduce_scatter_single(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "_reduce_scatter_base", out_in, call, args, kwargs)
 
     def _reduce_scatter_base(self, *args: Any, **kwargs: Any) -> Any:
         """Deprecated alias of :meth:`reduce_scatter_single` (recorded the same way).
@@ -376,111 +323,90 @@ class RecordingProcessGroup(_PG):
         What ``reduce_scatter_tensor`` calls on torch before 2.13, which has no
         ``reduce_scatter_single``.
         """
-        inner = self._commscope_inner or _Base(self)
-        run = getattr(inner, _REDUCE_SCATTER_SINGLE)
+        inner = self._commscope_inner
+        if inner is None:
+            return getattr(_PG, _REDUCE_SCATTER_SINGLE)(self, *args, **kwargs)
+        call = getattr(inner, _REDUCE_SCATTER_SINGLE)
         rec = SLOT.rec
         if rec is None:
-            return run(*args, **kwargs)
-        e = rec.begin(self, "_reduce_scatter_base", out_in, args, kwargs)
-        try:
-            work = run(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "_reduce_scatter_base", out_in, call, args, kwargs)
 
     def alltoall(self, *args: Any, **kwargs: Any) -> Any:
-        """Record an ``all_to_all`` (list form), then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run an ``all_to_all`` (list form) and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.alltoall(self, *args, **kwargs)
+        call = inner.alltoall
         rec = SLOT.rec
         if rec is None:
-            return inner.alltoall(*args, **kwargs)
-        e = rec.begin(self, "all_to_all", out_in, args, kwargs)
-        try:
-            work = inner.alltoall(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "all_to_all", out_in, call, args, kwargs)
 
     def recv_anysource(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``recv`` from any source, then run it."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``recv`` from any source and record it."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.recv_anysource(self, *args, **kwargs)
+        call = inner.recv_anysource
         rec = SLOT.rec
         if rec is None:
-            return inner.recv_anysource(*args, **kwargs)
-        e = rec.begin(self, "recv", any_source, args, kwargs)
-        try:
-            work = inner.recv_anysource(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        return rec.issued(e, work)
+            return call(*args, **kwargs)
+        return rec.run(self, "recv", any_source, call, args, kwargs)
 
     def monitored_barrier(self, *args: Any, **kwargs: Any) -> Any:
-        """Record a ``monitored_barrier`` as a ``barrier``, then run it (synchronous)."""
-        inner = self._commscope_inner or _Base(self)
+        """Run a ``monitored_barrier`` and record it as a ``barrier`` (synchronous)."""
+        inner = self._commscope_inner
+        if inner is None:
+            return _PG.monitored_barrier(self, *args, **kwargs)
         rec = SLOT.rec
         if rec is None:
             return inner.monitored_barrier(*args, **kwargs)
-        e = rec.begin(self, "barrier", nothing, args, kwargs)
-        try:
-            result = inner.monitored_barrier(*args, **kwargs)
-        except BaseException:
-            rec.not_issued(e)
-            raise
-        rec.issued(e, None)
-        return result
+        # It blocks until every rank arrives: recorded first on every backend, and
+        # retired when it returns (its result is not a work).
+        return rec.run(self, "barrier", nothing, inner.monitored_barrier, args, kwargs,
+                       blocking=True)
 
     # torch before 2.13: the older names are the real methods (not aliases). ----------
 
     if not hasattr(_PG, "all_to_all_single"):
 
         def alltoall_base(self, *args: Any, **kwargs: Any) -> Any:
-            """Record an ``all_to_all_single`` (torch < 2.13), then run it."""
-            inner = self._commscope_inner or _Base(self)
+            """Run an ``all_to_all_single`` (torch < 2.13) and record it."""
+            inner = self._commscope_inner
+            if inner is None:
+                return _PG.alltoall_base(self, *args, **kwargs)
+            call = inner.alltoall_base
             rec = SLOT.rec
             if rec is None:
-                return inner.alltoall_base(*args, **kwargs)
-            e = rec.begin(self, "all_to_all", out_in, args, kwargs)
-            try:
-                work = inner.alltoall_base(*args, **kwargs)
-            except BaseException:
-                rec.not_issued(e)
-                raise
-            return rec.issued(e, work)
+                return call(*args, **kwargs)
+            return rec.run(self, "all_to_all", out_in, call, args, kwargs)
 
     if not hasattr(_PG, "all_gather_single_coalesced"):
 
         def allgather_into_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-            """Record a coalesced ``all_gather_into_tensor`` (torch < 2.13), then run it."""
-            inner = self._commscope_inner or _Base(self)
+            """Run a coalesced ``all_gather_into_tensor`` (torch < 2.13) and record it."""
+            inner = self._commscope_inner
+            if inner is None:
+                return _PG.allgather_into_tensor_coalesced(self, *args, **kwargs)
+            call = inner.allgather_into_tensor_coalesced
             rec = SLOT.rec
             if rec is None:
-                return inner.allgather_into_tensor_coalesced(*args, **kwargs)
-            e = rec.begin(self, "all_gather_into_tensor_coalesced", out_in, args, kwargs)
-            try:
-                work = inner.allgather_into_tensor_coalesced(*args, **kwargs)
-            except BaseException:
-                rec.not_issued(e)
-                raise
-            return rec.issued(e, work)
+                return call(*args, **kwargs)
+            return rec.run(self, "all_gather_into_tensor_coalesced", out_in, call, args, kwargs)
 
     if not hasattr(_PG, "reduce_scatter_single_coalesced"):
 
         def reduce_scatter_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
-            """Record a coalesced ``reduce_scatter_tensor`` (torch < 2.13), then run it."""
-            inner = self._commscope_inner or _Base(self)
+            """Run a coalesced ``reduce_scatter_tensor`` (torch < 2.13) and record it."""
+            inner = self._commscope_inner
+            if inner is None:
+                return _PG.reduce_scatter_tensor_coalesced(self, *args, **kwargs)
+            call = inner.reduce_scatter_tensor_coalesced
             rec = SLOT.rec
             if rec is None:
-                return inner.reduce_scatter_tensor_coalesced(*args, **kwargs)
-            e = rec.begin(self, "reduce_scatter_tensor_coalesced", out_in, args, kwargs)
-            try:
-                work = inner.reduce_scatter_tensor_coalesced(*args, **kwargs)
-            except BaseException:
-                rec.not_issued(e)
-                raise
-            return rec.issued(e, work)
+                return call(*args, **kwargs)
+            return rec.run(self, "reduce_scatter_tensor_coalesced", out_in, call, args, kwargs)
 
     # Coalescing and splitting. -----------------------------------------------------
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GroupInfo", "mesh_axis_of"]
+__all__ = ["ENQUEUE_ONLY_BACKENDS", "GroupInfo", "mesh_axis_of"]
+
+ENQUEUE_ONLY_BACKENDS = frozenset({"gloo", "fake"})
+"""Backends whose collective calls only queue the op for their own worker threads and
+return, so handing an op over never blocks the caller (NCCL's can: its communicator is
+set up lazily, inside the first collective of a group)."""
 
 
 def mesh_axis_of(desc: str) -> str | None:
@@ -44,6 +49,7 @@ class GroupInfo:
         "pg_ref",
         "rank",
         "ranks",
+        "record_first",
         "size",
         "timeout_ms",
     )
@@ -72,6 +78,9 @@ class GroupInfo:
         self.default_backend = next(iter(backends.values()), "unknown")
         self.multi_backend = len(set(backends.values())) > 1
         """True when devices use different backends (``cpu:gloo,cuda:nccl``)."""
+        self.record_first = not set(backends.values()) <= ENQUEUE_ONLY_BACKENDS
+        """Record each op before handing it to the backend (see ``Recorder.run``): true
+        unless every backend of the group is known to only enqueue ops."""
         self.timeout_ms = timeout_ms
         self.collective_seq_id = 0
         self.p2p_seq_id = 0

@@ -144,10 +144,53 @@ class Recorder:
 
     # ------------------------------------------------------------------ hot path
 
+    def run(
+        self,
+        pg: Any,
+        op: str,
+        describe: Describe,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        blocking: bool = False,
+    ) -> Any:
+        """Hand ``op`` to the backend with ``call(*args, **kwargs)`` and record it.
+
+        Called by every method of the recording process group (and only from there:
+        the stack is taken from that method's caller). Returns what the backend
+        returned, or the work wrapped to report its completion.
+
+        Where handing over can block (NCCL's lazy communicator set-up; a ``blocking``
+        call such as ``monitored_barrier``; any backend not known to only enqueue), the
+        entry is recorded first, so a rank stuck there is still in its dump. Where it
+        only enqueues the op for the backend's own threads (gloo), the op is handed over
+        first and recorded while the transport already runs: on a small gloo
+        all_reduce between two ranks that halves what recording adds.
+        """
+        info: GroupInfo | None = getattr(pg, "_commscope_info", None)
+        if blocking or info is None or info.record_first:
+            e = self.begin(pg, op, describe, args, kwargs)
+            try:
+                work = call(*args, **kwargs)
+            except BaseException:
+                self.not_issued(e)
+                raise
+            if blocking:
+                self.issued(e, None)  # it has returned: retired now
+                return work
+            return self.issued(e, work)
+        try:
+            work = call(*args, **kwargs)
+        except BaseException:
+            self.not_issued(self.begin(pg, op, describe, args, kwargs))
+            raise
+        return self.issued(self.begin(pg, op, describe, args, kwargs), work)
+
     def begin(
         self, pg: Any, op: str, describe: Describe, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Entry | None:
-        """Record that ``op`` is about to be handed to ``pg``'s backend.
+        """Record ``op`` on ``pg`` (called by :meth:`run` just before or after handing
+        it to the backend).
 
         Returns the new entry, or ``None`` when recording is off or failed. This is the
         hot path (a few microseconds): no formatting, no tensor kept.
@@ -208,9 +251,10 @@ class Recorder:
             if limit:
                 frames: list[Any] = []
                 push = frames.append
-                # (from C++, e.g. DDP's reducer on the autograd engine's device thread,
-                # there may be no caller frame at all: f is then None)
-                f = _getframe(1).f_back
+                # Frames 1 and 2 are run() and the process group's method. From C++
+                # (DDP's reducer on the autograd engine's device thread) there may be no
+                # caller frame at all: f is then None.
+                f = _getframe(2).f_back
                 while f is not None and limit:
                     push(f.f_code)
                     push(f.f_lasti)

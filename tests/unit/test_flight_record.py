@@ -17,7 +17,10 @@ import torch.distributed as dist
 import commscope.flight as flight
 from commscope.collectives import canonical_name
 from commscope.flight.backend import RecordingProcessGroup
-from commscope.flight.recorder import SLOT
+from commscope.flight.config import resolve_config
+from commscope.flight.describe import nothing
+from commscope.flight.groups import GroupInfo
+from commscope.flight.recorder import SLOT, Recorder
 
 
 @contextlib.contextmanager
@@ -246,3 +249,45 @@ def test_dump_trace_has_the_tutorials_three_options(tmp_path, fake_pg):
     assert no_coll["entries"] == [] and no_coll["pg_config"] == full["pg_config"]
     assert active["entries"] == []  # the only entry completed
     assert b'"profiling_name":"fake:all_reduce"' in as_json
+
+
+class _Group:
+    """What ``Recorder.run`` needs of a recording group: its GroupInfo."""
+
+    def __init__(self, backends):
+        self._commscope_info = GroupInfo(0, "0", "default_pg", [0, 1], 0, backends, 1000)
+
+
+def _bare_recorder() -> Recorder:
+    return Recorder(resolve_config(buffer_size=16, watchdog=False))
+
+
+def test_ops_are_recorded_before_a_call_that_can_block_and_after_one_that_enqueues():
+    rec = _bare_recorder()
+    seen_during_call = []
+
+    def call():
+        seen_during_call.append(rec.ring._written)
+        return None  # no work: the entry is retired right away
+
+    for backends, blocking in (({"cpu": "gloo"}, False), ({"cuda": "nccl"}, False),
+                               ({"cpu": "gloo", "cuda": "nccl"}, False),
+                               ({"cpu": "gloo"}, True), ({"cpu": "my_plugin"}, False)):
+        rec.run(_Group(backends), "barrier", nothing, call, (), {}, blocking=blocking)
+    # gloo only enqueues: recorded after the hand-over. NCCL's hand-over can block
+    # (lazy communicator set-up), as can monitored_barrier (blocking) and a backend we
+    # do not know: recorded before, so a rank stuck there still shows it.
+    assert seen_during_call == [0, 2, 3, 4, 5]
+    states = [e.state for e in rec.ring.snapshot()]
+    assert states == ["completed"] * 5
+
+
+def test_a_failed_hand_over_is_recorded_either_way():
+    rec = _bare_recorder()
+    def call():
+        raise RuntimeError("backend refused")
+
+    for backends in ({"cpu": "gloo"}, {"cuda": "nccl"}):
+        with pytest.raises(RuntimeError, match="backend refused"):
+            rec.run(_Group(backends), "barrier", nothing, call, (), {})
+    assert [(e.failed, e.retired) for e in rec.ring.snapshot()] == [(True, True)] * 2
