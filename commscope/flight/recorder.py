@@ -1,9 +1,10 @@
 """The recorder: turns each call on a recording process group into an :class:`Entry`.
 
 :class:`Recorder` owns the ring, the per-group counters and the set of pending entries
-the watchdog looks at. The recording process group (:mod:`commscope.flight.backend`)
-calls :meth:`Recorder.begin` before handing a call to the real backend and
-:meth:`Recorder.issued` with the backend's work afterwards. Completion is learnt without
+the watchdog looks at. Every method of the recording process group
+(:mod:`commscope.flight.backend`) goes through :meth:`Recorder.run`, which hands the
+call to the real backend and records it with :meth:`Recorder.begin` (before or just
+after the hand-over, see there) and :meth:`Recorder.issued`. Completion is learnt without
 keeping tensors alive (NCCL works excepted, see below):
 
 * gloo and most backends: the work goes back to the caller wrapped in a
@@ -36,8 +37,9 @@ from commscope.collectives import normalize_dtype_name
 from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.groups import GroupInfo
+from commscope.flight.marks import StreamMark, release_mark, stream_mark
 from commscope.flight.ring import Ring
-from commscope.flight.work import StreamMark, TrackedWork, release_mark, stream_mark
+from commscope.flight.work import TrackedWork
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
