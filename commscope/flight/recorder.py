@@ -62,28 +62,29 @@ _new_entry = object.__new__
 get_ident = threading.get_ident
 
 
-def _first_device(items: Sequence[Any]) -> Any:
-    """Device of the first tensor of ``items`` (which may nest one list), or ``None``."""
+def _first_tensor(items: Sequence[Any]) -> Any:
+    """The first tensor of ``items`` (which may nest one list), or ``None``."""
     for x in items:
         if isinstance(x, (list, tuple)):
             if not x:
                 continue
             x = x[0]
-        return x.device
+        return x
     return None
 
 
+def _first_device(items: Sequence[Any]) -> Any:
+    """Device of the first tensor of ``items``, or ``None``."""
+    x = _first_tensor(items)
+    return None if x is None else x.device
+
+
 def _device_type(items: Sequence[Any]) -> str:
-    """Device type of the first tensor of ``items`` (which may nest one list)."""
-    for x in items:
-        if isinstance(x, (list, tuple)):
-            if not x:
-                continue
-            x = x[0]
-        if x.is_cpu:
-            return "cpu"
-        return "cuda" if x.is_cuda else str(x.device.type)
-    return "cpu"
+    """Device type of the first tensor of ``items`` (``"cpu"`` when there is none)."""
+    x = _first_tensor(items)
+    if x is None or x.is_cpu:
+        return "cpu"
+    return "cuda" if x.is_cuda else str(x.device.type)
 
 
 class _Slot:
