@@ -321,6 +321,14 @@ def main() -> None:
     ):
         rounds = " ".join(f"{x:.1f}" for x in gloo[mode])
         print(f"  {label:26s}{med[mode]:10.1f}{med[mode] / med['none']:10.3f}  {rounds:>38s}")
+    # Each round runs the three modes back to back: the ratio within a round cancels
+    # the box's slow drifts, so its median over rounds is the steadier figure.
+    per_round = {m: statistics.median(x / n for x, n in zip(gloo[m], gloo["none"]))
+                 for m in ("native", "ours")}
+    print(
+        f"  per-round ratio to none, median: commscope {per_round['ours']:.3f}, "
+        f"PyTorch native {per_round['native']:.3f}"
+    )
     print(
         f"  ratio commscope / PyTorch native: {med['ours'] / med['native']:.3f}   "
         f"added per collective: commscope {med['ours'] - med['none']:+.1f} us, "
