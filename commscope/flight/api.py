@@ -109,6 +109,10 @@ def enable(
         dump_on_exception=dump_on_exception,
         poll_interval_s=poll_interval_s,
     )
+    if cfg.timing:
+        # NCCL times its own works only with this set when a group is created; then
+        # duration_ms is the device time. An explicit "0" from the user is kept.
+        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     with _lock:
         old = _state.recorder
         disable()

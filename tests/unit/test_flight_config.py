@@ -58,3 +58,21 @@ def test_arguments_win_over_environment():
 def test_bad_settings_name_the_value(kwargs, env, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
         resolve_config(env=env, **kwargs)
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "1"), ("0", "0"), ("1", "1")])
+def test_timing_turns_on_nccls_own_timing_unless_set(monkeypatch, tmp_path, preset, expected):
+    import os
+
+    import commscope.flight as flight
+
+    # setenv first, so monkeypatch restores the variable whatever enable() does to it
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", preset or "")
+    if preset is None:
+        monkeypatch.delenv("TORCH_NCCL_ENABLE_TIMING")
+    try:
+        flight.enable(timing=True, watchdog=False, handle_signals=False,
+                      dump_on_exception=False, dump_prefix=str(tmp_path / "r_"))
+        assert os.environ.get("TORCH_NCCL_ENABLE_TIMING") == expected
+    finally:
+        flight.disable()
