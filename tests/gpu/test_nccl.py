@@ -14,7 +14,6 @@ process and each job is a forked rank, so no CUDA context is ever forked.
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import pickle
@@ -28,7 +27,6 @@ import pytest
 from tests.harness import run_ranks
 
 
-@functools.lru_cache(maxsize=1)
 def _gpu_reason() -> str | None:
     """Why these tests cannot run here (``None`` when they can)."""
     if not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidiactl")):
@@ -46,9 +44,11 @@ def _gpu_reason() -> str | None:
     return None
 
 
+_WHY_NOT = _gpu_reason()
+
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif("_gpu_reason() is not None", reason="needs a CUDA GPU with NCCL"),
+    pytest.mark.skipif(_WHY_NOT is not None, reason=f"needs a CUDA GPU with NCCL: {_WHY_NOT}"),
 ]
 
 
