@@ -1,8 +1,12 @@
-"""Build configuration beyond pyproject.toml: the optional C reader of the analyzer.
+"""Build configuration beyond pyproject.toml: two optional C modules.
 
 ``commscope.analyze._fastread`` reads flight-recorder dump pickles straight into
 columns (about 2x faster loading). It is optional: without a C compiler the build
 goes on without it and the analyzer uses the standard unpickler, with the same results.
+
+``commscope.flight._stack`` walks the Python stack for the flight recorder in one C
+call (Python 3.11+). Also optional: without it the recorder walks the stack in Python,
+with the same result, about 1.5 us slower per collective.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +17,11 @@ setup(
             "commscope.analyze._fastread",
             ["commscope/analyze/_fastread.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "commscope.flight._stack",
+            ["commscope/flight/_stack.c"],
+            optional=True,
+        ),
     ]
 )

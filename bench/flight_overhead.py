@@ -18,7 +18,7 @@ Three measurements, side by side in one run:
 The loop runs ``--depth`` Python frames deep so stack capture costs what it costs in a
 training step.
 
-    python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5]
+    python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5] [--paired-jobs 12]
     python bench/flight_overhead.py --in-place   # where the recorder's time goes, per step
 """
 
@@ -171,8 +171,9 @@ def gloo_round(
 def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
     """Time the recorder's own steps inside the gloo loop (after the ring is full).
 
-    Each of ``Recorder.begin``/``issued``/``complete`` is wrapped with a clock: what the
-    steps cost where they run, between gloo's threads, rather than in a hot loop.
+    Each of ``Recorder.run`` (the whole recorded call, gloo's hand-over included),
+    ``begin`` (the record) and ``complete`` is wrapped with a clock: what the steps cost
+    where they run, between gloo's threads, rather than in a hot loop.
     """
     from commscope.flight import recorder as rec_mod
 
@@ -180,7 +181,7 @@ def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
     torch.set_num_threads(1)
     flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
     clock = time.perf_counter_ns
-    spent: dict[str, list[int]] = {"begin": [], "issued": [], "complete": []}
+    spent: dict[str, list[int]] = {"run": [], "begin": [], "complete": []}
     for name, samples in spent.items():
         step = getattr(rec_mod.Recorder, name)
 
@@ -212,7 +213,7 @@ def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
 
 
 def in_place(world: int, iters: int, depth: int, numel: int) -> None:
-    """Print what begin/issued/complete cost inside the gloo loop, per rank."""
+    """Print what run/begin/complete cost inside the gloo loop, per rank."""
     results = _gloo_job(_in_place_child, world, lambda rank, store, child: (
         rank, world, store, max(iters, 2000), depth, numel, child))
     print(f"recorder steps timed in place (gloo, {world} ranks, {depth}+ frames deep, "
@@ -270,6 +271,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--iters", type=int, default=2000, help="all_reduces per gloo job")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--paired-jobs", type=int, default=None,
+                    help="paired on/off jobs (and control jobs); default: --rounds")
     ap.add_argument("--fake-iters", type=int, default=20000)
     ap.add_argument("--depth", type=int, default=20, help="extra Python frames under the loop")
     ap.add_argument("--numel", type=int, default=16, help="floats per all_reduce")
@@ -297,7 +300,7 @@ def main() -> None:
     fake_paired = [fake_round("paired", args.fake_iters, args.depth) for _ in range(args.rounds)]
     f_add = statistics.median(x[0] - x[1] for x in fake_paired)
     paired, control = [], []
-    for _ in range(args.rounds):
+    for _ in range(args.paired_jobs or args.rounds):
         paired.append(gloo_round("paired", args.ranks, 2 * args.iters, args.depth, args.numel)[0])
         control.append(
             gloo_round("control", args.ranks, 2 * args.iters, args.depth, args.numel, f_add)[0]
@@ -336,11 +339,20 @@ def main() -> None:
     )
     p_on = statistics.median(x[0] for x in paired)
     p_off = statistics.median(x[1] for x in paired)
-    p_add = statistics.median(x[0] - x[1] for x in paired)
+    p_adds = [x[0] - x[1] for x in paired]
+    p_add = statistics.median(p_adds)
     print(
         f"  same job, recording switched on/off every 20 ops: on {p_on:.1f} us/op, "
         f"off {p_off:.1f} us/op, added {p_add:+.1f} us ({p_add / p_off:+.1%})"
     )
+    if len(p_adds) >= 4:
+        # How far single jobs spread: on a busy 2-core box it is wider than the goal.
+        q1, _, q3 = statistics.quantiles(p_adds, n=4)
+        print(
+            f"    {len(p_adds)} jobs, quartiles {q1:+.1f} / {p_add:+.1f} / {q3:+.1f} us "
+            f"({q1 / p_off:+.1%} / {p_add / p_off:+.1%} / {q3 / p_off:+.1%}), "
+            f"range {min(p_adds):+.1f} to {max(p_adds):+.1f} us"
+        )
     c_add = statistics.median(x[0] - x[1] for x in control)
     c_off = statistics.median(x[1] for x in control)
     print(

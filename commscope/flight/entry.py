@@ -53,8 +53,7 @@ class Entry:
         "retired",
         "start_perf_ns",
         "state",
-        "thread_id",
-        "thread_name",
+        "thread",
         "time_created_ns",
         "time_discovered_completed_ns",
         "time_discovered_started_ns",
@@ -83,14 +82,24 @@ class Entry:
     is_p2p: bool
     frames: Sequence[Any]
     """Flat ``[code, instruction offset, code, offset, ...]``, innermost first."""
-    thread_name: str
-    thread_id: str
+    thread: tuple[str, str]
+    """``(thread name, thread id)`` of the thread that issued the op."""
     peer: int | None
     start_perf_ns: int
     group: Any
     polled: bool
     device: Any
     """The first tensor's device; set only for polled (NCCL/XCCL) entries."""
+
+    @property
+    def thread_name(self) -> str:
+        """Name of the thread that issued the op."""
+        return self.thread[0]
+
+    @property
+    def thread_id(self) -> str:
+        """Id of the thread that issued the op (PyTorch writes it as a string)."""
+        return self.thread[1]
 
     # The group's identity is read through ``group`` (a GroupInfo): it never changes
     # after the group is created, and not copying it keeps recording cheap.

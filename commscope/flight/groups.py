@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ENQUEUE_ONLY_BACKENDS", "GroupInfo", "mesh_axis_of"]
+__all__ = ["ENQUEUE_ONLY_BACKENDS", "POLLED_BACKENDS", "GroupInfo", "mesh_axis_of"]
 
 ENQUEUE_ONLY_BACKENDS = frozenset({"gloo", "fake"})
 """Backends whose collective calls only queue the op for their own worker threads and
 return, so handing an op over never blocks the caller (NCCL's can: its communicator is
 set up lazily, inside the first collective of a group)."""
+
+POLLED_BACKENDS = frozenset({"nccl", "xccl"})
+"""Backends whose work futures complete at enqueue (device-side completion): the
+recorder polls their works instead of wrapping them."""
 
 
 def mesh_axis_of(desc: str) -> str | None:
@@ -47,6 +51,8 @@ class GroupInfo:
         "p2p_seq_id",
         "pg_id",
         "pg_ref",
+        "polled",
+        "profiling_names",
         "rank",
         "ranks",
         "record_first",
@@ -78,6 +84,10 @@ class GroupInfo:
         self.default_backend = next(iter(backends.values()), "unknown")
         self.multi_backend = len(set(backends.values())) > 1
         """True when devices use different backends (``cpu:gloo,cuda:nccl``)."""
+        self.polled = self.default_backend in POLLED_BACKENDS
+        """Whether the default backend's works are polled (see ``POLLED_BACKENDS``)."""
+        self.profiling_names: dict[str, str] = {}
+        """Op name → ``"<backend>:<op>"``, built once and shared by the entries."""
         self.record_first = not set(backends.values()) <= ENQUEUE_ONLY_BACKENDS
         """Record each op before handing it to the backend (see ``Recorder.run``): true
         unless every backend of the group is known to only enqueue ops."""

@@ -8,6 +8,8 @@ after the hand-over, see there) and :meth:`Recorder.issued`. Completion is learn
 keeping tensors alive (NCCL works excepted, see below):
 
 * gloo and most backends: the work goes back to the caller wrapped in a
+  :class:`~commscope.flight.work.WaitedWork` where torch's eager function waits for it
+  at once (``opts.asyncOp`` False), else in a
   :class:`~commscope.flight.work.TrackedWork`; its ``wait()`` (what eager calls, FSDP
   and functional collectives do) or ``is_completed()`` marks the entry, and asking for
   its future (DDP, comm hooks) hangs a completion callback on that future. A callback
@@ -36,17 +38,16 @@ from typing import Any
 from commscope.collectives import normalize_dtype_name
 from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
-from commscope.flight.groups import GroupInfo
+from commscope.flight.groups import POLLED_BACKENDS, GroupInfo
 from commscope.flight.marks import StreamMark, release_mark, stream_mark
 from commscope.flight.ring import Ring
-from commscope.flight.work import TrackedWork
+from commscope.flight.stack import capture_stack
+from commscope.flight.work import TrackedWork, WaitedWork
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
 logger = logging.getLogger(__name__)
 
-# Backends whose work futures complete at enqueue (device-side completion): poll them.
-POLLED_BACKENDS = frozenset({"nccl", "xccl"})
 
 Describe = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Sequence[Any], Sequence[Any], Any]]
 """``describe(args, kwargs) -> (inputs, outputs, peer)`` for one process-group method.
@@ -171,8 +172,10 @@ class Recorder:
         all_reduce between two ranks that halves what recording adds.
         """
         info: GroupInfo | None = getattr(pg, "_commscope_info", None)
-        if blocking or info is None or info.record_first:
-            e = self.begin(pg, op, describe, args, kwargs)
+        if info is None:
+            return call(*args, **kwargs)
+        if blocking or info.record_first:
+            e = self.begin(info, op, describe, args, kwargs, False)
             try:
                 work = call(*args, **kwargs)
             except BaseException:
@@ -185,15 +188,31 @@ class Recorder:
         try:
             work = call(*args, **kwargs)
         except BaseException:
-            self.not_issued(self.begin(pg, op, describe, args, kwargs))
+            self.not_issued(self.begin(info, op, describe, args, kwargs, True))
             raise
-        return self.issued(self.begin(pg, op, describe, args, kwargs), work)
+        # Handed over already: the entry is created in the started state.
+        e = self.begin(info, op, describe, args, kwargs, True)
+        if e is None:
+            return work
+        if work is not None and not e.polled:
+            # torch's eager functions pass ``opts.asyncOp = False`` when they will wait
+            # for the work at once and drop it: a lighter wrapper does for them.
+            opts = args[-1] if args else kwargs.get("opts")
+            if getattr(opts, "asyncOp", True) is False:
+                return WaitedWork(work, e, self)
+        return self._track(e, work)
 
     def begin(
-        self, pg: Any, op: str, describe: Describe, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        info: GroupInfo,
+        op: str,
+        describe: Describe,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        started: bool,
     ) -> Entry | None:
-        """Record ``op`` on ``pg`` (called by :meth:`run` just before or after handing
-        it to the backend).
+        """Record ``op`` on the group ``info`` describes (called by :meth:`run` only,
+        just before handing it to the backend, or just after when ``started``).
 
         Returns the new entry, or ``None`` when recording is off or failed. This is the
         hot path (a few microseconds): no formatting, no tensor kept.
@@ -201,11 +220,9 @@ class Recorder:
         if not self.active:
             return None
         try:
-            info: GroupInfo | None = getattr(pg, "_commscope_info", None)
-            if info is None:
-                return None
             e = _new_entry(Entry)
-            e.time_created_ns = time_ns()
+            now = time_ns()
+            e.time_created_ns = now
             inputs, outputs, peer = describe(args, kwargs)
             if len(inputs) == 1 and not isinstance(x := inputs[0], (list, tuple)):
                 dtype = x.dtype
@@ -222,13 +239,21 @@ class Recorder:
                 e.output_sizes, e.output_dtypes = self._shapes(outputs)
             if info.multi_backend:
                 backend = info.backend_for(_device_type(inputs or outputs))
+                e.polled = polled = backend in POLLED_BACKENDS
             else:
                 backend = info.default_backend
-            e.polled = backend in POLLED_BACKENDS
-            if e.polled:
+                e.polled = polled = info.polled
+            if polled:
                 e.device = _first_device(inputs) or _first_device(outputs)
             if peer is None:
-                e.profiling_name = f"{backend}:{op}"
+                if info.multi_backend:
+                    e.profiling_name = f"{backend}:{op}"
+                else:
+                    # One string per op name and group, shared by its entries.
+                    name = info.profiling_names.get(op)
+                    if name is None:
+                        name = info.profiling_names[op] = f"{backend}:{op}"
+                    e.profiling_name = name
                 e.is_p2p = False
                 e.peer = None
             else:
@@ -239,38 +264,25 @@ class Recorder:
                 e.is_p2p = True
                 e.peer = info.global_rank(peer)
             e.group = info
-            e.state = SCHEDULED
-            e.time_discovered_started_ns = e.time_discovered_completed_ns = None
+            e.time_discovered_completed_ns = None
             e.retired = e.failed = False
             e.duration_ms = None
             ident = get_ident()
             thread = self._threads.get(ident)
             if thread is None:
                 thread = self._thread_info(ident)
-            e.thread_name, e.thread_id = thread
+            e.thread = thread
             # The stack from the caller of the process-group method, as a flat list of
             # (code, instruction offset) pairs: lines are worked out at dump time.
-            limit = self._max_frames
-            if limit:
-                frames: list[Any] = []
-                push = frames.append
-                # Frames 1 and 2 are run() and the process group's method. From C++
-                # (DDP's reducer on the autograd engine's device thread) there may be no
-                # caller frame at all: f is then None.
-                f = _getframe(2).f_back
-                while f is not None and limit:
-                    push(f.f_code)
-                    push(f.f_lasti)
-                    f = f.f_back
-                    limit -= 1
-                e.frames = frames
-            else:
-                e.frames = ()
+            # Frames 1 and 2 are run() and the process group's method. From C++ (DDP's
+            # reducer on the autograd engine's device thread) there may be no caller
+            # frame at all.
+            e.frames = capture_stack(_getframe(2).f_back, self._max_frames)
             ring = self.ring
             with ring.lock:
                 rid = ring._written
                 info.op_id += 1
-                if e.is_p2p:
+                if peer is not None:
                     if info.batch_p2p_seq is not None:
                         p2p = info.batch_p2p_seq
                     else:
@@ -287,6 +299,8 @@ class Recorder:
                         info.collective_seq_id += 1
                         coll = info.collective_seq_id
                     info.last_enqueued = coll
+                    if started:
+                        info.last_started = coll
                     p2p = info.p2p_seq_id
                 e.record_id = rid
                 e.collective_seq_id = coll
@@ -296,6 +310,12 @@ class Recorder:
                 if cap:
                     ring._items[rid % cap] = e
                 ring._written = rid + 1
+            if started:
+                e.state = STARTED
+                e.time_discovered_started_ns = now
+            else:
+                e.state = SCHEDULED
+                e.time_discovered_started_ns = None
             pending = self.pending
             pending[rid] = e
             if len(pending) > self._pending_cap:
@@ -321,6 +341,14 @@ class Recorder:
             info = e.group
             if not e.is_p2p and e.collective_seq_id > info.last_started:
                 info.last_started = e.collective_seq_id
+        except Exception as exc:
+            self.fail(exc)
+            return work
+        return self._track(e, work)
+
+    def _track(self, e: Entry, work: Any) -> Any:
+        """Follow a started entry to completion (see :meth:`issued`)."""
+        try:
             if e.polled:
                 # A synchronous NCCL call (``async_op=False``) returns no work: it ran
                 # on the caller's stream, so a device event recorded there now tells

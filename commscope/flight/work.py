@@ -1,4 +1,7 @@
-"""A work handle that tells the recorder when its collective completed.
+"""Work handles that tell the recorder when their collective completed.
+
+:class:`WaitedWork` is for the calls torch's eager functions wait on at once
+(``async_op=False``); :class:`TrackedWork`, a real ``dist.Work``, for everything else.
 
 The recording process group hands the backend's work back to the caller wrapped in
 :class:`TrackedWork`. Every call is forwarded to the real work; on the way the wrapper
@@ -23,7 +26,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["TrackedWork"]
+__all__ = ["TrackedWork", "WaitedWork"]
 
 
 class TrackedWork(dist.Work):
@@ -125,3 +128,51 @@ class TrackedWork(dist.Work):
                 self._done()
         except Exception:
             pass
+
+
+class WaitedWork:
+    """A lighter wrapper for the works that ``torch.distributed``'s eager functions wait
+    for at once (``async_op=False``, which they pass on as ``opts.asyncOp = False``).
+
+    Those functions only call ``wait()`` on the work and drop it; it never reaches C++
+    or the user. So it need not be a ``dist.Work`` (whose construction and finalizer
+    cost about a microsecond per collective): ``wait()`` marks the entry, anything else
+    is forwarded to the real work.
+    """
+
+    __slots__ = ("_entry", "_recorder", "_work")
+
+    def __init__(self, work: Any, entry: Any, recorder: Any) -> None:
+        self._work = work
+        self._entry = entry
+        self._recorder = recorder
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Wait for the real work; mark the entry completed (or failed) when it returns."""
+        try:
+            ok = self._work.wait() if timeout is None else self._work.wait(timeout)
+        except BaseException:
+            entry = self._entry
+            if entry is not None:
+                self._entry = None
+                self._recorder.complete(entry, failed=True)
+            raise
+        entry = self._entry
+        if ok and entry is not None:
+            self._entry = None
+            self._recorder.complete(entry)
+        return ok
+
+    def is_completed(self) -> bool:
+        """Whether the real work completed (marks the entry when it did)."""
+        done = self._work.is_completed()
+        entry = self._entry
+        if done and entry is not None:
+            self._entry = None
+            self._recorder.complete(entry)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_work") or name in ("_entry", "_recorder"):
+            raise AttributeError(name)
+        return getattr(self._work, name)

@@ -26,7 +26,7 @@ def test_in_place_breakdown_smoke():
     rows = [line for line in proc.stdout.splitlines() if line.strip().startswith("rank ")]
     assert len(rows) == 2, proc.stdout
     for row in rows:
-        for step in ("begin", "issued", "complete"):
+        for step in ("run", "begin", "complete"):
             m = re.search(rf"{step} ([\d.]+) / ([\d.]+) / ([\d.]+)", row)
             assert m, row
             median, p90, _ = (float(x) for x in m.groups())

@@ -352,12 +352,13 @@ def _polled_works(rank, world_size, out_dir):
     import torch.distributed as dist
 
     import commscope.flight as flight
+    from commscope.flight import groups as groups_mod
     from commscope.flight import recorder as rec_mod
     from commscope.flight.api import _state
 
     # NCCL's and XCCL's futures complete at enqueue, so their works are polled by the
     # watchdog instead of wrapped. Drive that path on gloo: same recorder, real works.
-    rec_mod.POLLED_BACKENDS = frozenset({"gloo"})
+    groups_mod.POLLED_BACKENDS = rec_mod.POLLED_BACKENDS = frozenset({"gloo"})
     _init(rank, world_size, handle_signals=False, dump_on_exception=False,
           poll_interval_s=0.05, timing=True, dump_prefix=os.path.join(out_dir, "rank_"))
     rec = _state.recorder

@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import pickle
+import sys
 import threading
 import weakref
 
@@ -291,3 +292,104 @@ def test_a_failed_hand_over_is_recorded_either_way():
         with pytest.raises(RuntimeError, match="backend refused"):
             rec.run(_Group(backends), "barrier", nothing, call, (), {})
     assert [(e.failed, e.retired) for e in rec.ring.snapshot()] == [(True, True)] * 2
+
+
+class _Work:
+    """A stand-in work: ``wait()`` returns or raises as told."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+        self.waited = 0
+
+    def wait(self, timeout=None):
+        self.waited += 1
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def is_completed(self):
+        return True
+
+    def source_rank(self):
+        return 7
+
+
+class _Opts:
+    def __init__(self, async_op: bool):
+        self.asyncOp = async_op
+
+
+def test_eager_sync_calls_get_the_light_wrapper_the_rest_a_real_work():
+    from commscope.flight.work import TrackedWork, WaitedWork
+
+    rec = _bare_recorder()
+    group = _Group({"cpu": "gloo"})
+    # torch's eager functions pass opts.asyncOp = False when they wait at once.
+    def call(*args, **kwargs):
+        return _Work()
+
+    sync = rec.run(group, "barrier", nothing, call, (), {"opts": _Opts(False)})
+    assert type(sync) is WaitedWork
+    assert sync.source_rank() == 7  # anything else is forwarded
+    assert rec.ring.snapshot()[0].state == "started"
+    assert sync.wait() is True and sync.wait() is True  # a second wait changes nothing
+    # Async calls, and C++ callers (their options say asyncOp = True, or have none),
+    # may hand the work on to C++: it must be a real dist.Work.
+    for args in ((_Opts(True),), ([],), ()):
+        work = rec.run(group, "barrier", nothing, call, args, {})
+        assert type(work) is TrackedWork and isinstance(work, dist.Work)
+        work.wait()
+    failing = rec.run(group, "barrier", nothing, lambda *a: _Work(RuntimeError("peer gone")),
+                      (_Opts(False),), {})
+    with pytest.raises(RuntimeError, match="peer gone"):
+        failing.wait()
+    got = [(e.state, e.retired, e.failed) for e in rec.ring.snapshot()]
+    assert got == [("completed", True, False)] * 4 + [("started", True, True)]
+    assert not rec.pending
+
+
+def test_eager_calls_on_the_fake_backend_complete_through_either_wrapper(tmp_path, fake_pg):
+    with recording(tmp_path), fake_pg(0, 2):
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        work = dist.all_reduce(t, async_op=True)
+        assert isinstance(work, dist.Work)
+        work.wait()
+        dist.barrier()
+        got = entries()
+    assert [(e["profiling_name"], e["state"]) for e in got] == [
+        ("fake:all_reduce", "completed"), ("fake:all_reduce", "completed"),
+        ("fake:barrier", "completed")]
+
+
+def test_the_c_stack_walk_matches_the_python_one(tmp_path, fake_pg):
+    from commscope.flight import recorder as rec_mod
+    from commscope.flight import stack
+
+    def deep(n, fn):
+        return fn() if n == 0 else deep(n - 1, fn)
+
+    here = sys._getframe()
+    caller = here.f_back  # suspended in this call: its offset stays put
+    for limit in (0, 1, 3, 100):
+        assert stack.capture_stack_py(caller, limit) == stack.capture_stack(caller, limit)
+    assert stack.capture_stack(None, 5) == [] == stack.capture_stack_py(None, 5)
+    walked = deep(4, lambda: stack.capture_stack(sys._getframe(), 7))
+    assert [c.co_name for c in walked[::2]] == ["<lambda>", *["deep"] * 5, here.f_code.co_name]
+    assert all(isinstance(o, int) for o in walked[1::2])
+    if not stack.C_STACK:
+        pytest.skip("the C stack walk is not built here (no compiler or Python < 3.11)")
+    with pytest.raises(TypeError):
+        stack.capture_stack("not a frame", 3)
+    # The recorder stores the same frames with either walk.
+    frames = []
+    with recording(tmp_path), fake_pg(0, 2):
+        t = torch.ones(2)
+        for walk in (stack.capture_stack_py, stack.capture_stack):
+            rec_mod.capture_stack = walk
+            try:
+                dist.all_reduce(t)
+            finally:
+                rec_mod.capture_stack = stack.capture_stack
+            frames.append(flight.snapshot()["entries"][-1]["frames"])
+    assert frames[0] == frames[1] and frames[0]
