@@ -226,8 +226,8 @@ class Recorder:
             inputs, outputs, peer = describe(args, kwargs)
             if len(inputs) == 1 and not isinstance(x := inputs[0], (list, tuple)):
                 dtype = x.dtype
-                in_sizes = [x.shape]
-                in_dtypes = [self._dtypes.get(dtype) or self._dtype_name(dtype)]
+                in_sizes: Sequence[Any] = (x.shape,)
+                in_dtypes: Sequence[str] = (self._dtypes.get(dtype) or self._dtype_name(dtype),)
             else:
                 in_sizes, in_dtypes = self._shapes(inputs)
             e.input_sizes = in_sizes
@@ -274,10 +274,15 @@ class Recorder:
             e.thread = thread
             # The stack from the caller of the process-group method, as a flat list of
             # (code, instruction offset) pairs: lines are worked out at dump time.
-            # Frames 1 and 2 are run() and the process group's method. From C++ (DDP's
-            # reducer on the autograd engine's device thread) there may be no caller
-            # frame at all.
-            e.frames = capture_stack(_getframe(2).f_back, self._max_frames)
+            # Frames 1 and 2 are run() and the process group's method; frame 3 is its
+            # caller (asked for directly: no frame object is made for the frames in
+            # between). From C++ (DDP's reducer on the autograd engine's device thread)
+            # there may be no caller frame at all.
+            try:
+                caller: Any = _getframe(3)
+            except ValueError:
+                caller = None
+            e.frames = capture_stack(caller, self._max_frames)
             ring = self.ring
             with ring.lock:
                 rid = ring._written
