@@ -19,6 +19,7 @@ The loop runs ``--depth`` Python frames deep so stack capture costs what it cost
 training step.
 
     python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5] [--paired-jobs 12]
+    python bench/flight_overhead.py --paired-only [--paired-jobs 30]  # the on/off figure alone
     python bench/flight_overhead.py --in-place   # where the recorder's time goes, per step
 """
 
@@ -28,6 +29,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -266,6 +268,37 @@ def fake_round(mode: str, iters: int, depth: int) -> Any:
     return value
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """A bootstrap interval of the median of ``values`` (fixed seed: reruns agree)."""
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(4000))
+    cut = int(len(boot) * (1 - level) / 2)
+    return boot[cut], boot[-cut - 1]
+
+
+def paired_only(args: argparse.Namespace) -> None:
+    """Print the same-job on/off cost over many jobs, with an interval of its median."""
+    jobs = args.paired_jobs or 30
+    adds, shares = [], []
+    for _ in range(jobs):
+        (on, off), _ = gloo_round("paired", args.ranks, 2 * args.iters, args.depth, args.numel)
+        adds.append(on - off)
+        shares.append((on - off) / off)
+    low, high = median_interval(shares)
+    q1, mid, q3 = statistics.quantiles(shares, n=4)
+    print(
+        f"same job, recording switched on/off every 20 ops, {jobs} jobs "
+        f"(gloo {args.ranks} ranks, all_reduce of {args.numel} floats, {args.depth}+ frames "
+        f"deep, torch {torch.__version__}, {os.cpu_count()} CPUs):\n"
+        f"  added {statistics.median(adds):+.1f} us per collective, {mid:+.2%}"
+        f" (95% interval of the median {low:+.2%} to {high:+.2%}); "
+        f"jobs' quartiles {q1:+.2%} / {mid:+.2%} / {q3:+.2%}"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"added_us": adds, "share": shares, "args": vars(args)}, fh)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
@@ -277,11 +310,16 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=20, help="extra Python frames under the loop")
     ap.add_argument("--numel", type=int, default=16, help="floats per all_reduce")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--paired-only", action="store_true",
+                    help="only the same-job on/off figure, over --paired-jobs jobs (default 30)")
     ap.add_argument("--in-place", action="store_true",
                     help="only time the recorder's steps inside the gloo loop, then exit")
     args = ap.parse_args()
     if args.in_place:
         in_place(args.ranks, args.iters, args.depth, args.numel)
+        return
+    if args.paired_only:
+        paired_only(args)
         return
 
     gloo: dict[str, list[float]] = {m: [] for m in MODES}
@@ -353,6 +391,8 @@ def main() -> None:
             f"({q1 / p_off:+.1%} / {p_add / p_off:+.1%} / {q3 / p_off:+.1%}), "
             f"range {min(p_adds):+.1f} to {max(p_adds):+.1f} us"
         )
+        low, high = median_interval([x[0] / x[1] - 1 for x in paired])
+        print(f"    95% interval of the median: {low:+.1%} to {high:+.1%}")
     c_add = statistics.median(x[0] - x[1] for x in control)
     c_off = statistics.median(x[1] for x in control)
     print(
