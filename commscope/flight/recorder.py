@@ -188,7 +188,7 @@ class Recorder:
         try:
             work = call(*args, **kwargs)
         except BaseException:
-            self.not_issued(self.begin(info, op, describe, args, kwargs, True))
+            self.not_issued(self.begin(info, op, describe, args, kwargs, False))
             raise
         # Handed over already: the entry is created in the started state.
         e = self.begin(info, op, describe, args, kwargs, True)
@@ -264,6 +264,12 @@ class Recorder:
                 e.is_p2p = True
                 e.peer = info.global_rank(peer)
             e.group = info
+            if started:
+                e.state = STARTED
+                e.time_discovered_started_ns = now
+            else:
+                e.state = SCHEDULED
+                e.time_discovered_started_ns = None
             e.time_discovered_completed_ns = None
             e.retired = e.failed = False
             e.duration_ms = None
@@ -315,12 +321,6 @@ class Recorder:
                 if cap:
                     ring._items[rid % cap] = e
                 ring._written = rid + 1
-            if started:
-                e.state = STARTED
-                e.time_discovered_started_ns = now
-            else:
-                e.state = SCHEDULED
-                e.time_discovered_started_ns = None
             pending = self.pending
             pending[rid] = e
             if len(pending) > self._pending_cap:

@@ -288,10 +288,15 @@ def test_a_failed_hand_over_is_recorded_either_way():
     def call():
         raise RuntimeError("backend refused")
 
-    for backends in ({"cpu": "gloo"}, {"cuda": "nccl"}):
+    groups = [_Group({"cpu": "gloo"}), _Group({"cuda": "nccl"})]
+    for group in groups:
         with pytest.raises(RuntimeError, match="backend refused"):
-            rec.run(_Group(backends), "barrier", nothing, call, (), {})
-    assert [(e.failed, e.retired) for e in rec.ring.snapshot()] == [(True, True)] * 2
+            rec.run(group, "barrier", nothing, call, (), {})
+    # It never started, whichever side of the hand-over it was recorded on.
+    got = [(e.state, e.failed, e.retired) for e in rec.ring.snapshot()]
+    assert got == [("scheduled", True, True)] * 2
+    assert [g._commscope_info.last_started for g in groups] == [-1, -1]
+    assert [g._commscope_info.last_enqueued for g in groups] == [1, 1]
 
 
 class _Work:
