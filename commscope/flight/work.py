@@ -147,32 +147,9 @@ class WaitedWork:
         self._entry = entry
         self._recorder = recorder
 
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        """Wait for the real work; mark the entry completed (or failed) when it returns."""
-        try:
-            ok = self._work.wait() if timeout is None else self._work.wait(timeout)
-        except BaseException:
-            entry = self._entry
-            if entry is not None:
-                self._entry = None
-                self._recorder.complete(entry, failed=True)
-            raise
-        entry = self._entry
-        if ok and entry is not None:
-            self._entry = None
-            self._recorder.complete(entry)
-        return ok
-
-    def is_completed(self) -> bool:
-        """Whether the real work completed (marks the entry when it did)."""
-        done = self._work.is_completed()
-        entry = self._entry
-        if done and entry is not None:
-            self._entry = None
-            self._recorder.complete(entry)
-        return done
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_work") or name in ("_entry", "_recorder"):
-            raise AttributeError(name)
-        return getattr(self._work, name)
+    # The same completion bookkeeping and forwarding as TrackedWork (plain functions,
+    # so they serve both classes).
+    _done = TrackedWork._done
+    wait = TrackedWork.wait
+    is_completed = TrackedWork.is_completed
+    __getattr__ = TrackedWork.__getattr__
