@@ -1,4 +1,4 @@
-"""From aligned groups to findings, root cause first, and a verdict.
+"""From aligned groups to one wait-for graph, and from the graph to findings and a verdict.
 
 Algorithm (:func:`diagnose`):
 
@@ -7,26 +7,41 @@ Algorithm (:func:`diagnose`):
    (:func:`commscope.analyze.timing.stale_dumps`).
 2. Disagreements inside groups (:func:`commscope.analyze.mismatch.mismatch_findings`):
    op / order / size / dtype / skipped collective.
-3. The wait graph (:mod:`commscope.analyze.waits`): cycles across groups are reported
-   once each as ``cross_group_deadlock``, unless the ranks outside the cycle show that
-   one link is a rank that skipped a collective and went on
-   (:mod:`commscope.analyze.skips`): then it is that rank's ``missing_rank``.
-4. ``crashed_rank``: an expected rank without any file, or with a stale one; the
-   finding names the group and collective where the others stopped.
-5. ``missing_rank``: at a group's frontier, ranks that never issued the collective the
-   others wait in, and that are not themselves stuck (those are links of a chain or a
-   cycle, explained by its end), crashed or stale.
-6. ``p2p_unmatched``: an unfinished send/recv whose peer never posted its partner; a
-   pair with different sizes is a ``size_mismatch`` / ``dtype_mismatch``.
-7. ``stalled_collective`` when nothing above explains a stop and everyone is inside the
+3. **The wait-for graph** (:mod:`commscope.analyze.waits`) over every rank's unfinished
+   work: a collective waits for the members that never reached it or left no dump, a
+   send for the peer's matching recv, a recv for the send.
+4. **Crashed ranks** (``crashed_rank``): an expected rank without a dump, with a stale
+   dump, or whose dump was written because it raised an exception that is not a
+   communication error (the text of the exception is quoted), or on a signal no other
+   rank got, before any other rank dumped (torchrun's SIGTERM to the survivors of a
+   failure is not a cause). Ranks whose collective failed with the dead rank, or who raised a
+   communication error, are its *victims*: listed as waiting, never as culprits.
+5. **Cycles**: every strongly connected component is a deadlock. A rank that skipped
+   a collective and went on (:mod:`commscope.analyze.skips`) is named as
+   ``missing_rank``; a cycle only through send/recv is a ``p2p_deadlock``; a cycle
+   through a send/recv and collectives is the ``p2p_unmatched`` of the rank that never
+   posted the partner op; a cycle through collectives of several groups is a
+   ``cross_group_deadlock`` that names the rank(s) whose order differs from the
+   majority's (the group most ranks wait in is the order they agree on).
+6. **Roots**: ranks others wait for that wait for nobody. At a group's frontier the
+   ones that never issued the collective are ``missing_rank``; the peer of an
+   unfinished send/recv that never posted its partner is ``p2p_unmatched``. When the
+   root's dump carries thread stacks (commscope's do), the finding says where its main
+   thread is now; a PyTorch-native dump has none, and the finding says so.
+7. Everyone who reaches a culprit in the graph, transitively, waits behind it.
+8. ``stalled_collective`` when nothing above explains a stop and everyone is inside the
    same unfinished collective (with evidence of age).
-8. Remarks: ``unreadable_dump``, ``truncated_history``, ``straggler``; ``healthy`` when
-   there is nothing at all.
-9. Order: cycles, blocking disagreements, crashes, missing ranks and p2p, stalls, then
-   survived disagreements (desync), unreadable dumps, undecidable history, remarks;
-   within a tier by sequence number, group and ranks. The verdict is ``crash`` if a
-   rank crashed, else ``hang`` if anything blocks, else ``desync``, else
-   ``incomplete`` when dumps are unreadable or history undecidable, else ``healthy``.
+9. **Coverage**: a rank with unfinished work that no blocking finding names (as
+   culprit or waiter) gets a ``stalled_collective`` of its own: a dump with unfinished
+   work is never called healthy.
+10. Remarks: ``unreadable_dump``, ``truncated_history``, ``straggler``; ``healthy`` when
+    there is nothing at all.
+11. Order: blocking disagreements whose shape is known, crashes, other roots (missing
+    ranks, unmatched p2p, blocking mismatches), cycles, stalls, then survived
+    disagreements (desync), unreadable dumps, undecidable history, remarks; within a
+    tier by sequence number, group and ranks. The verdict is ``crash`` if a rank
+    crashed, else ``hang`` if anything blocks, else ``desync``, else ``incomplete``
+    when dumps are unreadable or history undecidable, else ``healthy``.
 """
 
 from __future__ import annotations
@@ -36,96 +51,83 @@ import os
 from commscope.analyze.context import Context
 from commscope.analyze.match import GroupView
 from commscope.analyze.mismatch import mismatch_findings, pending_mismatch_ranks
-from commscope.analyze.model import COMPLETED, RETIRED, Finding
+from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
 from commscope.analyze.skips import find_skip, skip_finding
-from commscope.analyze.text import frame_text, ms, plural, ranks_phrase
+from commscope.analyze.text import frame_text, ms, place_text, plural, ranks_phrase
 from commscope.analyze.timing import stale_dumps, stalled_findings, straggler_findings
 from commscope.analyze.waits import Wait, WaitGraph, build_waits, find_cycles, reaching
 
-__all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS"]
+__all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error"]
 
 _DONE = RETIRED | COMPLETED
 MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch")
 KINDS = (
     "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
-    "p2p_unmatched", "crashed_rank", "cross_group_deadlock", "truncated_history",
-    "straggler", "stalled_collective", "unreadable_dump", "healthy",
+    "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
+    "truncated_history", "straggler", "stalled_collective", "unreadable_dump", "healthy",
+)
+_CYCLE_KINDS = ("cross_group_deadlock", "p2p_deadlock")
+_COMM_ERROR_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError",
+                     "DistError", "ProcessGroup")
+_COMM_ERROR_WORDS = (
+    "connection closed by peer", "connection reset by peer", "broken pipe", "timed out",
+    "timeout", "communicator was aborted", "nccl error", "gloo", "socket", "peer",
 )
 
 
+def is_comm_error(kind: str, message: str) -> bool:
+    """An exception a rank gets *because* a peer died or hung (a victim's), as opposed
+    to a fault of its own."""
+    text = message.lower()
+    return any(t in kind for t in _COMM_ERROR_TYPES) or any(w in text for w in _COMM_ERROR_WORDS)
+
+
 def _tier(f: Finding) -> int:
-    if f.kind == "cross_group_deadlock":
-        return 0
     if f.blocking and f.kind in (*MISMATCH_KINDS, "missing_rank") and "shape" in f.details:
         return 1
     if f.kind == "crashed_rank":
         return 2
+    if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
+        return 7
+    if f.details.get("cycle_root"):
+        return 4
     if f.blocking and f.kind in ("missing_rank", "p2p_unmatched", *MISMATCH_KINDS):
         return 3
-    if f.kind == "stalled_collective":
+    if f.kind in _CYCLE_KINDS:
         return 4
-    if f.kind in (*MISMATCH_KINDS, "missing_rank", "p2p_unmatched"):
+    if f.kind == "stalled_collective":
         return 5
+    if f.kind in (*MISMATCH_KINDS, "missing_rank", "p2p_unmatched"):
+        return 6
     if f.kind == "unreadable_dump":
-        return 6
-    if f.kind == "truncated_history" and f.details.get("undecided"):
-        return 6
-    return 7
+        return 7
+    if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
+        return 7
+    return 8
 
 
 def _sort_key(f: Finding) -> tuple[object, ...]:
     seq = f.collective_seq_id if f.collective_seq_id is not None else 1 << 62
-    return (_tier(f), seq, f.group.name if f.group else "", f.culprit_ranks, f.kind)
+    return (_tier(f), seq, f.culprit_ranks, f.group.name if f.group else "", f.kind)
 
 
 def verdict(findings: list[Finding]) -> str:
-    """``crash`` / ``hang`` / ``desync`` / ``incomplete`` / ``healthy`` (step 9)."""
-    tiers = {_tier(f) for f in findings if f.kind != "healthy"}
+    """``crash`` / ``hang`` / ``desync`` / ``incomplete`` / ``healthy`` (step 11)."""
     if any(f.kind == "crashed_rank" for f in findings):
         return "crash"
-    if tiers & {0, 1, 3, 4}:
+    if any(f.blocking for f in findings):
         return "hang"
-    if 5 in tiers:
-        return "desync"
+    tiers = {_tier(f) for f in findings if f.kind != "healthy"}
+    if tiers & {1, 3, 4, 5}:
+        return "hang"
     if 6 in tiers:
+        return "desync"
+    if 7 in tiers:
         return "incomplete"
     return "healthy"
 
 
-# ---------------------------------------------------------------------- steps
-
-
-def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding:
-    ranks = sorted({w.waiter for w in cycle})
-    hops = []
-    frames = {}
-    for w in cycle:
-        g = ctx.groups[w.group]
-        frame = ctx.frame_at(w.waiter, w.group, w.seq) if w.seq is not None else None
-        frames[w.waiter] = frame
-        what = ctx.op_at(w.waiter, w.group, w.seq) if w.seq is not None else w.op
-        hops.append(f"rank {w.waiter} waits for rank {w.target} in {what} of {g.label()} "
-                    f"at {frame_text(frame)}")
-    behind = sorted(reaching(set(ranks), graph))
-    also = f"; {ranks_phrase(behind)} wait behind them" if behind else ""
-    first = cycle[0]
-    return Finding(
-        kind="cross_group_deadlock", group=ctx.groups[first.group], collective_seq_id=first.seq,
-        op=(ctx.sig(first.waiter, first.group, first.seq).op
-            if first.seq is not None and ctx.sig(first.waiter, first.group, first.seq)
-            else first.op),
-        culprit_ranks=ranks, waiting_ranks=behind,
-        message=(f"{ranks_phrase(ranks).capitalize()} wait for each other across "
-                 f"{plural(len({w.group for w in cycle}), 'group')}: " + ", ".join(hops)
-                 + f"{also}."),
-        blocking=True, details={"frames": frames, "cycle": [(w.waiter, w.target, w.group, w.seq)
-                                                            for w in cycle]},
-    )
-
-
-def _behind(ctx: Context, rank: int) -> bool:
-    """The rank's history stops before another member's in some group."""
-    return any(rank in v.spans and v.spans[rank][1] < v.max_hi for v in ctx.views.values())
+# ---------------------------------------------------------------------- wording
 
 
 def _status(ctx: Context, rank: int, group: str, seq: int) -> int:
@@ -140,11 +142,100 @@ def _op(ctx: Context, rank: int, group: str | None, seq: int | None) -> str | No
     return sig.op if sig else None
 
 
+def _busy(ctx: Context, rank: int) -> bool:
+    """The rank has unfinished work in its dump."""
+    d = ctx.load.dumps.get(rank)
+    return bool(d and d.pending)
+
+
+def _now_text(ctx: Context, rank: int) -> str:
+    """Where a rank that others wait for is now, as far as its dump tells."""
+    d = ctx.load.dumps.get(rank)
+    activity, frame = ctx.last_activity(rank)
+    last = f"its last record is {activity} at {frame_text(frame)}"
+    if d is None:
+        return last
+    if ctx.frames.has_threads(rank):
+        place = ctx.frames.main_place(rank)
+        if not _busy(ctx, rank):
+            where = place_text(place) if place else "an unknown place (no Python frame)"
+            return f"rank {rank} is alive and in no collective: at {where}; {last}"
+        return last
+    if d.source == "pytorch":
+        return (f"{last} (a PyTorch-native dump carries no thread stacks, so where rank "
+                f"{rank} is now is unknown)")
+    return last
+
+
+def _wait_edges_to(graph: WaitGraph, targets: set[int]) -> list[Wait]:
+    return sorted((w for w in graph.edges() if w.target in targets),
+                  key=lambda w: (w.seq is None, w.seq or 0, w.group, w.waiter))
+
+
+# ---------------------------------------------------------------------- crashes
+
+
+def _crash_reasons(ctx: Context, graph: WaitGraph) -> dict[int, str]:
+    """Step 4: rank → why it counts as crashed (text for the finding)."""
+    out: dict[int, str] = {}
+    unreadable = {u.rank for u in ctx.load.unreadable if u.rank is not None}
+    for r in ctx.expected:
+        if r not in ctx.load.dumps and r not in unreadable:
+            out[r] = "nodump"
+    for r in ctx.stale:
+        out[r] = "stale"
+    waited_for = {w.target for w in graph.edges()}
+    signal_dumps = [r for r, d in ctx.load.dumps.items()
+                    if (d.dump_reason or "").startswith("signal")]
+    for r, d in ctx.load.dumps.items():
+        if r in out:
+            continue
+        reason = d.dump_reason or ""
+        exc = ctx.frames.exception(r)
+        if exc is not None and not is_comm_error(exc[0], exc[1]):
+            out[r] = "exception"
+        elif reason == "exception":
+            if exc is not None and not is_comm_error(exc[0], exc[1]):
+                out[r] = "exception"
+            elif exc is None and not d.pending and r in waited_for:
+                out[r] = "exception"  # an older dump without the exception itself
+        elif (reason.startswith("signal") and len(signal_dumps) == 1 and not d.pending
+              and _first_to_dump(ctx, r)):
+            out[r] = "signal"
+    if any(why != "signal" for why in out.values()):
+        # torchrun stops every rank once one fails: a signal is then not a cause.
+        out = {r: why for r, why in out.items() if why != "signal"}
+    return out
+
+
+def _first_to_dump(ctx: Context, rank: int) -> bool:
+    """``rank`` dumped before every other rank: the signal that made it dump came first
+    (torchrun's SIGTERM to the survivors comes after another rank's timeout or crash)."""
+    mine = ctx.load.dumps[rank].dump_time_ns
+    others = [d.dump_time_ns for r, d in ctx.load.dumps.items() if r != rank]
+    return mine is not None and all(t is not None and mine < t for t in others)
+
+
+def _victims(ctx: Context, crashed: set[int]) -> list[int]:
+    """Ranks whose work failed (a dead peer) or who raised a communication error."""
+    out = []
+    for r, d in ctx.load.dumps.items():
+        if r in crashed:
+            continue
+        failed = any(t.status[i] & FAILED for t in d.tracks.values()
+                     for i in range(max(0, len(t) - 4), len(t)))
+        failed = failed or any(op.status & FAILED for op in d.p2p[-4:])
+        exc = ctx.frames.exception(r) if d.dump_reason == "exception" else None
+        if failed or (exc is not None and is_comm_error(exc[0], exc[1])):
+            out.append(r)
+    return sorted(out)
+
+
 def _best_view(ctx: Context, rank: int) -> GroupView | None:
     best = None
     for key in sorted(ctx.views):
         view = ctx.views[key]
-        if rank not in view.group.ranks or not view.spans:
+        if rank not in view.group.ranks or view.max_hi <= 0:
             continue
         score = (view.max_hi > 0, len(view.group.ranks), view.max_hi)
         if best is None or score > best[0]:
@@ -152,22 +243,33 @@ def _best_view(ctx: Context, rank: int) -> GroupView | None:
     return best[1] if best else None
 
 
-def _crash_findings(ctx: Context, graph: WaitGraph) -> list[Finding]:
-    unreadable = {u.rank for u in ctx.load.unreadable if u.rank is not None}
-    lost = [r for r in ctx.expected if r not in ctx.load.dumps and r not in unreadable]
+def _victim_text(victims: list[int], dead: list[int]) -> str:
+    if not victims:
+        return ""
+    verb = "was" if len(victims) == 1 else "were"
+    return (f" {ranks_phrase(victims).capitalize()} {verb} its victims (their work failed "
+            f"when {ranks_phrase(dead)} went away, or they raised a communication error).")
+
+
+def _crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> list[Finding]:
+    victims_all = _victims(ctx, set(reasons))
+    findings = []
+    nodump = sorted(r for r, why in reasons.items() if why == "nodump")
     buckets: dict[str | None, list[int]] = {}
-    for r in lost:
+    for r in nodump:
         view = _best_view(ctx, r)
         buckets.setdefault(view.group.key if view else None, []).append(r)
-    findings = []
     for key, ranks in sorted(buckets.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
         who = ranks_phrase(ranks)
+        waiting = sorted(reaching(set(ranks), graph))
+        victims = [v for v in victims_all if v in waiting or not waiting]
         if key is None:
             findings.append(Finding(
                 kind="crashed_rank", group=None, collective_seq_id=None, op=None,
-                culprit_ranks=ranks, waiting_ranks=[], blocking=True,
+                culprit_ranks=ranks, waiting_ranks=waiting, blocking=True,
                 message=(f"{who.capitalize()} left no dump (crashed, or its file was not "
-                         "collected); no group in the other dumps shows where it stopped."),
+                         "collected); no group in the other dumps shows where it stopped."
+                         + _victim_text(victims, ranks)),
             ))
             continue
         view = ctx.views[key]
@@ -176,43 +278,260 @@ def _crash_findings(ctx: Context, graph: WaitGraph) -> list[Finding]:
         sig = ctx.sig(front[0], key, seq) if front else None
         unfinished = [r for r in front if not _status(ctx, r, key, seq) & _DONE]
         state = (("still waits in it" if len(unfinished) == 1 else "still wait in it")
-                 if unfinished else
-                 "recorded it as finished (gloo also retires a collective that failed because "
-                 "a peer died)")
+                 if unfinished else "recorded it as finished")
         where = frame_text(ctx.frame_at(front[0], key, seq)) if front else "no stack recorded"
         what = f"{sig.op} #{seq} ({sig.sizes_text()})" if sig else f"#{seq}"
         findings.append(Finding(
             kind="crashed_rank", group=view.group, collective_seq_id=seq,
-            op=sig.op if sig else None, culprit_ranks=ranks, waiting_ranks=front, blocking=True,
+            op=sig.op if sig else None, culprit_ranks=ranks,
+            waiting_ranks=sorted(set(waiting) | set(front)), blocking=True,
             message=(f"{who.capitalize()} left no dump (crashed or unreachable, so its own stack "
                      f"is unknown) while {ranks_phrase(front)} reached {what} of "
-                     f"{view.group.label()} and {state}, at {where}."),
+                     f"{view.group.label()} and {state}, at {where}."
+                     + _victim_text(victims, ranks)),
         ))
-    for r, gap in sorted(ctx.stale.items()):
+    for r in sorted(x for x, why in reasons.items() if why != "nodump"):
         d = ctx.load.dumps[r]
         activity, frame = ctx.last_activity(r)
-        waits = sorted((w for w in graph.edges() if w.target == r),
-                       key=lambda w: (w.seq is None, w.seq or 0, w.group, w.waiter))
-        reason = f" (reason: {d.dump_reason})" if d.dump_reason else ""
+        waits = _wait_edges_to(graph, {r})
+        waiting = sorted(reaching({r}, graph))
         if waits:
             first = waits[0]
             group, seq = ctx.groups[first.group], first.seq
-            waiting = sorted({w.waiter for w in waits})
-            what = ctx.op_at(waiting[0], first.group, seq) if seq is not None else first.op
-            tail = f"; {ranks_phrase(waiting)} wait for it in {what} of {group.label()}"
+            direct = sorted({w.waiter for w in waits})
+            what = ctx.op_at(direct[0], first.group, seq) if seq is not None else first.op
+            tail = (f" {ranks_phrase(direct).capitalize()} "
+                    f"{'waits' if len(direct) == 1 else 'wait'} for it in {what} of "
+                    f"{group.label()}")
+            behind = [x for x in waiting if x not in direct]
+            tail += f", and {ranks_phrase(behind)} behind them." if behind else "."
         else:
             group = ctx.groups.get(d.last[0]) if d.last else None
             seq = d.last[1] if d.last and d.last[1] >= 0 else None
-            waiting, tail = [], ""
+            tail = ""
+        victims = [v for v in victims_all if v in waiting]
+        why = reasons[r]
+        if why == "stale":
+            gap = ctx.stale[r]
+            reason = f" (reason: {d.dump_reason})" if d.dump_reason else ""
+            head = (f"Rank {r}'s dump was written {ms(gap)} before the others'{reason}: it "
+                    f"stopped early, after {activity} at {frame_text(frame)}.")
+        elif why == "exception":
+            exc = ctx.frames.exception(r)
+            if exc is not None:
+                kind, text, place = exc
+                at = f" at {place_text(place)}" if place else ""
+                head = (f"Rank {r} crashed: it raised {kind}: {text}{at}, after {activity} "
+                        f"at {frame_text(frame)}.")
+            else:
+                head = (f"Rank {r} crashed: it dumped on an uncaught exception (its dump "
+                        f"does not say which), after {activity} at {frame_text(frame)}.")
+        else:
+            head = (f"Rank {r} was stopped by a signal ({d.dump_reason}) that no other rank "
+                    f"got, after {activity} at {frame_text(frame)}.")
         findings.append(Finding(
             kind="crashed_rank", group=group, collective_seq_id=seq,
-            op=_op(ctx, waiting[0] if waiting else r, group.key if group else None, seq),
+            op=_op(ctx, waits[0].waiter if waits else r, group.key if group else None, seq),
             culprit_ranks=[r], waiting_ranks=waiting, blocking=True,
-            message=(f"Rank {r}'s dump was written {ms(gap)} before the others'{reason}: it "
-                     f"stopped early, after {activity} at {frame_text(frame)}{tail}."),
+            message=head + tail + _victim_text(victims, [r]),
             details={"frames": {r: frame}},
         ))
     return findings
+
+
+# ---------------------------------------------------------------------- cycles
+
+
+def _cycle_hops(ctx: Context, cycle: list[Wait]) -> tuple[list[str], dict[int, object]]:
+    hops, frames = [], {}
+    for w in cycle:
+        if w.seq is not None:
+            frame = ctx.frame_at(w.waiter, w.group, w.seq)
+            what = f"{ctx.op_at(w.waiter, w.group, w.seq)} of {ctx.groups[w.group].label()}"
+        else:
+            frame = _p2p_frame(ctx, w)
+            direction = "to" if w.op == "send" else "from"
+            what = f"{w.op} {direction} rank {w.target} in {ctx.group_ref(w.group)}"
+        frames[w.waiter] = frame
+        hops.append(f"rank {w.waiter} waits for rank {w.target} in {what} at {frame_text(frame)}")
+    return hops, frames
+
+
+def _p2p_frame(ctx: Context, w: Wait) -> object:
+    d = ctx.load.dumps.get(w.waiter)
+    if d is None:
+        return None
+    for op in d.p2p:
+        if op.group == w.group and op.peer == w.target and op.op == w.op \
+                and not op.status & _DONE:
+            return ctx.frames.frame(w.waiter, op.index)
+    return None
+
+
+def _component(cycle: list[Wait], graph: WaitGraph) -> set[int]:
+    """Every rank of the strongly connected component through ``cycle``."""
+    ring = {w.waiter for w in cycle}
+    upstream = reaching(ring, graph) | ring
+    down: set[int] = set()
+    todo = list(ring)
+    while todo:
+        v = todo.pop()
+        for w in graph.out.get(v, []):
+            if w.target not in down:
+                down.add(w.target)
+                todo.append(w.target)
+    return (upstream & (down | ring))
+
+
+def _p2p_tokens(ctx: Context, rank: int) -> tuple[list[tuple[str, str, int | None]], int]:
+    """The rank's send/recv ops in record order as (group, op, peer), and the position of
+    its first unfinished one (``-1`` if none)."""
+    d = ctx.load.dumps.get(rank)
+    if d is None:
+        return [], -1
+    ops = sorted(d.p2p, key=lambda o: o.index)
+    tokens = [(o.group, o.op, o.peer) for o in ops]
+    first = next((i for i, o in enumerate(ops) if not o.status & _DONE), -1)
+    return tokens, first
+
+
+def _breaks_period(tokens: list[tuple[str, str, int | None]], at: int) -> bool:
+    """Whether ``tokens[at]`` breaks the shortest period the ops before it repeat.
+
+    A pipeline stage's send/recv schedule repeats every step; a stage that drops or
+    skips one op shows it as the first op that does not fit its own earlier steps."""
+    history = tokens[:at]
+    for period in range(1, min(len(history), 16) + 1):
+        if len(history) < period + 1:
+            break
+        if all(history[i] == history[i - period] for i in range(period, len(history))):
+            return tokens[at] != history[at - period]
+    return False
+
+
+def _pattern_breakers(ctx: Context, comp: set[int]) -> list[int]:
+    out = []
+    for r in sorted(comp):
+        tokens, first = _p2p_tokens(ctx, r)
+        if first > 0 and _breaks_period(tokens, first):
+            out.append(r)
+    return out
+
+
+def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], comp: set[int],
+                            graph: WaitGraph, details: dict[str, object]) -> Finding:
+    culprit = broke[0]
+    link = next((w for w in cycle if w.target == culprit), cycle[0])
+    partner = "recv" if link.op == "send" else "send"
+    direction = "to" if link.op == "send" else "from"
+    waiting = sorted((comp | reaching(comp, graph)) - set(broke))
+    hops, _ = _cycle_hops(ctx, cycle)
+    return Finding(
+        kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
+        op=link.op, culprit_ranks=broke, waiting_ranks=waiting, blocking=True,
+        message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
+                 f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
+                 f"matching {partner}: its own send/recv schedule repeats every step until "
+                 f"there, then it skipped that op and went on, so the two now wait for each "
+                 f"other: " + ", ".join(hops) + "."
+                 + (f" {ranks_phrase([w for w in waiting if w != link.waiter]).capitalize()} "
+                    "wait behind them." if len(waiting) > 1 else "")),
+        details={**details, "cycle_root": True},
+    )
+
+
+def _deviants(ctx: Context, comp: set[int], graph: WaitGraph) -> tuple[list[int], str | None]:
+    """Step 5: the ranks of a cross-group cycle whose order differs from the majority's.
+
+    Every member of the component (and everyone waiting on it) waits in one group of the
+    cycle; the group most of them wait in is the order they agree on."""
+    involved = comp | reaching(comp, graph)
+    groups = {w.group for r in comp for w in graph.out.get(r, []) if w.target in comp}
+    choice: dict[int, str] = {}
+    for r in sorted(involved):
+        if sum(r in ctx.groups[g].ranks for g in groups) < 2:
+            continue  # only a member of two of the groups chooses an order between them
+        d = ctx.load.dumps.get(r)
+        if d is None:
+            continue
+        for g, seq, _ in d.pending:
+            if g in groups and seq >= 0:
+                choice[r] = g
+                break
+    counts: dict[str, int] = {}
+    for g in choice.values():
+        counts[g] = counts.get(g, 0) + 1
+    if len(counts) < 2:
+        return sorted(comp), None
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if ranked[0][1] == ranked[1][1]:
+        return sorted(comp), None
+    major = ranked[0][0]
+    odd = sorted(r for r, g in choice.items() if g != major)
+    return odd, major
+
+
+def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding:
+    comp = _component(cycle, graph)
+    hops, frames = _cycle_hops(ctx, cycle)
+    first = cycle[0]
+    p2p_links = [w for w in cycle if w.seq is None]
+    details = {"frames": frames, "cycle": [(w.waiter, w.target, w.group, w.seq) for w in cycle]}
+    if p2p_links and len(p2p_links) == len(cycle):
+        broke = _pattern_breakers(ctx, comp)
+        if broke and len(broke) < len(comp):
+            return _broken_pattern_finding(ctx, broke, cycle, comp, graph, details)
+        ranks = sorted(comp)
+        behind = sorted(reaching(comp, graph))
+        also = f"; {ranks_phrase(behind)} wait behind them" if behind else ""
+        return Finding(
+            kind="p2p_deadlock", group=ctx.groups[first.group], collective_seq_id=None,
+            op="send/recv", culprit_ranks=ranks, waiting_ranks=behind, blocking=True,
+            message=(f"{ranks_phrase(ranks).capitalize()} deadlock in send/recv: "
+                     + ", ".join(hops) + f"{also}. Each posted its op before the one its "
+                     "peer waits for (on gloo a send blocks until the matching recv is "
+                     "posted): reorder them, or use batch_isend_irecv."),
+            details=details,
+        )
+    if p2p_links:
+        link = p2p_links[0]
+        culprit = link.target
+        partner = "recv" if link.op == "send" else "send"
+        direction = "to" if link.op == "send" else "from"
+        waiting = sorted((comp | reaching(comp, graph)) - {culprit})
+        return Finding(
+            kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
+            op=link.op, culprit_ranks=[culprit], waiting_ranks=waiting, blocking=True,
+            message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
+                     f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
+                     f"matching {partner}: it went on and now waits itself, so the job "
+                     f"deadlocks: " + ", ".join(hops) + f". {ranks_phrase(waiting).capitalize()} "
+                     "wait behind it."),
+            details={**details, "cycle_root": True},
+        )
+    culprits, major = _deviants(ctx, comp, graph)
+    behind = sorted((comp | reaching(comp, graph)) - set(culprits))
+    n_groups = len({w.group for w in cycle})
+    if major is not None:
+        g = ctx.groups[major]
+        text = (f"{ranks_phrase(culprits).capitalize()} issued collectives of "
+                f"{plural(n_groups, 'group')} out of order: "
+                f"{ranks_phrase(behind)} wait in {g.label()} first, "
+                f"{ranks_phrase(culprits)} in another group, so they wait for each other: "
+                + ", ".join(hops) + ".")
+    else:
+        also = f"; {ranks_phrase(behind)} wait behind them" if behind else ""
+        text = (f"{ranks_phrase(culprits).capitalize()} wait for each other across "
+                f"{plural(n_groups, 'group')}: " + ", ".join(hops) + f"{also}.")
+    return Finding(
+        kind="cross_group_deadlock", group=ctx.groups[first.group], collective_seq_id=first.seq,
+        op=_op(ctx, first.waiter, first.group, first.seq) or first.op,
+        culprit_ranks=culprits, waiting_ranks=behind, message=text, blocking=True,
+        details=details,
+    )
+
+
+# ---------------------------------------------------------------------- roots
 
 
 def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
@@ -222,28 +541,34 @@ def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> l
         f = view.frontier
         if f is None or f.completed_by:
             continue
-        culprits = [q for q in f.lack
-                    if not graph.stuck(q) and q not in explained and q not in ctx.stale]
+        culprits = [q for q in f.lack if not graph.stuck(q) and q not in explained]
         if not culprits:
             continue
         ref = next((r for r in f.have if ctx.sig(r, key, f.seq)), None)
         sig = ctx.sig(ref, key, f.seq) if ref is not None else None
         what = f"{sig.op} #{f.seq} ({sig.sizes_text()})" if sig else f"collective #{f.seq}"
-        activity, frame = ctx.last_activity(culprits[0])
         who = ranks_phrase(culprits)
+        waiting = sorted(reaching(set(culprits), graph) | set(f.waiting))
+        behind = [r for r in waiting if r not in f.waiting]
         if f.waiting:
             verb = "waits" if len(f.waiting) == 1 else "wait"
             wait_text = f"which {ranks_phrase(f.waiting)} {verb} in"
+            if behind:
+                wait_text = (f"which {ranks_phrase(f.waiting)} {verb} in (and "
+                             f"{ranks_phrase(behind)} behind them)")
         else:
             wait_text = (f"which {ranks_phrase(f.have)} recorded as finished (so {who}'s dump "
                          "may be older than theirs, or the collective failed)")
-        owner = f"{ranks_phrase(culprits[:1])}'s" if len(culprits) > 1 else f"{who}'s"
+        nows = "; ".join(_now_text(ctx, q) for q in culprits[:4])
+        if len(culprits) > 4:
+            nows += f"; and {len(culprits) - 4} more"
+        frame = ctx.last_activity(culprits[0])[1]
         findings.append(Finding(
             kind="missing_rank", group=view.group, collective_seq_id=f.seq,
-            op=sig.op if sig else None, culprit_ranks=culprits, waiting_ranks=list(f.waiting),
+            op=sig.op if sig else None, culprit_ranks=culprits, waiting_ranks=waiting,
             blocking=bool(f.waiting),
             message=(f"{who.capitalize()} never joined {what} of {view.group.label()}, "
-                     f"{wait_text}; {owner} last record is {activity} at {frame_text(frame)}."),
+                     f"{wait_text}; {nows}."),
             details={"frames": {culprits[0]: frame}},
         ))
     return findings
@@ -267,7 +592,8 @@ def _p2p_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[F
             seen.add((issue.group, r, q))
             findings.append(Finding(
                 kind=kind, group=g, collective_seq_id=None, op="send/recv",
-                culprit_ranks=sorted({r, q}), waiting_ranks=[], blocking=pending,
+                culprit_ranks=sorted({r, q}), waiting_ranks=sorted(reaching({r, q}, graph)),
+                blocking=pending,
                 message=(f"Rank {r} sends {sig.sizes_text()} to rank {q} in {g.label()} "
                          f"(p2p #{op.p2p_seq}, at {frame_text(frame)}) but rank {q}'s matching "
                          f"recv takes {other.sizes_text()}."),
@@ -278,17 +604,94 @@ def _p2p_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[F
         seen.add((issue.group, r, q))
         partner = "recv" if op.op == "send" else "send"
         direction = "to" if op.op == "send" else "from"
-        activity, q_frame = ctx.last_activity(q)
+        waiting = sorted(reaching({q}, graph))
+        behind = [x for x in waiting if x != r]
+        behind_text = f"; {ranks_phrase(behind)} wait behind" if behind else ""
         findings.append(Finding(
             kind="p2p_unmatched", group=g, collective_seq_id=None, op=op.op,
-            culprit_ranks=[q], waiting_ranks=[r], blocking=True,
+            culprit_ranks=[q], waiting_ranks=waiting, blocking=True,
             message=(f"Rank {r} waits in {op.op} {direction} rank {q} ({sig.sizes_text()}, p2p "
                      f"#{op.p2p_seq} of {g.label()}, at {frame_text(frame)}) but rank {q} never "
-                     f"posted the matching {partner}; rank {q}'s last record is {activity} at "
-                     f"{frame_text(q_frame)}."),
-            details={"frames": {q: q_frame, r: frame}},
+                     f"posted the matching {partner}{behind_text}; {_now_text(ctx, q)}."),
+            details={"frames": {q: ctx.last_activity(q)[1], r: frame}},
         ))
     return findings
+
+
+# ---------------------------------------------------------------------- coverage
+
+
+def _uncovered_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """Step 9: unfinished work that no blocking finding names."""
+    covered: set[int] = set()
+    for f in findings:
+        if f.blocking:
+            covered.update(f.culprit_ranks)
+            covered.update(f.waiting_ranks)
+    by_place: dict[tuple[str, int], list[int]] = {}
+    for r, d in sorted(ctx.load.dumps.items()):
+        if r in covered or not d.pending:
+            continue
+        group, seq, _ = d.pending[0]
+        by_place.setdefault((group, seq), []).append(r)
+    out = []
+    for (group, seq), ranks in sorted(by_place.items()):
+        g = ctx.groups.get(group)
+        r0 = ranks[0]
+        d = ctx.load.dumps[r0]
+        index = d.pending[0][2]
+        frame = ctx.frames.frame(r0, index)
+        if seq >= 0:
+            what = f"{ctx.op_at(r0, group, seq)} of {g.label() if g else 'group ' + group}"
+        else:
+            op = next((o for o in d.p2p if o.index == index), None)
+            what = (f"{op.op} {'to' if op.op == 'send' else 'from'} rank {op.peer} "
+                    f"(p2p #{op.p2p_seq}) of {ctx.group_ref(group)}") if op else "a send/recv"
+        verb = "was" if len(ranks) == 1 else "were"
+        reasons = sorted({ctx.load.dumps[r].dump_reason or "?" for r in ranks})
+        done_by = _finished_elsewhere(ctx, group, seq, ranks)
+        if done_by:
+            out.append(Finding(
+                kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
+                op=_op(ctx, r0, group, seq) if seq >= 0 else None,
+                culprit_ranks=[], waiting_ranks=ranks, blocking=False,
+                details={"undecided": True},
+                message=(f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
+                         f"{'it' if len(ranks) == 1 else 'they'} dumped, though "
+                         f"{ranks_phrase(done_by)} finished it: the dump was taken while it "
+                         "was finishing (a dump of a running job), not a hang."),
+            ))
+            continue
+        out.append(Finding(
+            kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
+            op=_op(ctx, r0, group, seq) if seq >= 0 else (what.split()[0]),
+            culprit_ranks=[], waiting_ranks=ranks, blocking=True,
+            message=(f"{ranks_phrase(ranks).capitalize()} {verb} still inside {what} when "
+                     f"{'it' if len(ranks) == 1 else 'they'} dumped (reason: "
+                     f"{', '.join(reasons)}), at {frame_text(frame)}, and no other rank's "
+                     "records explain the wait: the transport is slow or stuck, or the "
+                     "dump was taken while the op was finishing."),
+        ))
+    return out
+
+
+def _finished_elsewhere(ctx: Context, group: str, seq: int, ranks: list[int]) -> list[int]:
+    """Other members that finished collective ``seq`` of ``group`` (empty for p2p)."""
+    if seq < 0:
+        return []
+    view = ctx.views.get(group)
+    if view is None:
+        return []
+    out = []
+    for r, (lo, hi) in view.spans.items():
+        if r in ranks or not lo <= seq <= hi:
+            continue
+        if _status(ctx, r, group, seq) & _DONE:
+            out.append(r)
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------- remarks
 
 
 def _unreadable_findings(ctx: Context) -> list[Finding]:
@@ -338,31 +741,42 @@ def _truncated_findings(ctx: Context) -> list[Finding]:
 
 def _healthy(ctx: Context) -> Finding:
     checked = sum(v.checked for v in ctx.views.values())
+    p2p = sum(len(d.p2p) for d in ctx.load.dumps.values())
+    pairs = f" and {plural(p2p, 'send/recv record')} paired" if p2p else ""
     return Finding(
         kind="healthy", group=None, collective_seq_id=None, op=None, culprit_ranks=[],
         waiting_ranks=[],
         message=(f"All {plural(len(ctx.load.dumps), 'rank')} with dumps agree on every recorded "
                  f"collective ({checked} sequence numbers compared across "
-                 f"{plural(len(ctx.views), 'group')}) and none is stuck."),
+                 f"{plural(len(ctx.views), 'group')}{pairs}) and none has unfinished work."),
     )
+
+
+# ---------------------------------------------------------------------- the whole
 
 
 def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
     ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
     findings = mismatch_findings(ctx)
-    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx))
-    explained: set[int] = set()
+    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load)
+    reasons = _crash_reasons(ctx, graph)
+    findings += _crash_findings(ctx, graph, reasons)
+    explained: set[int] = set(reasons)
     for cycle in find_cycles(graph):
+        if explained & {w.waiter for w in cycle}:
+            continue
         skip = find_skip(ctx, cycle)
-        findings.append(skip_finding(ctx, skip, cycle, graph) if skip
-                        else _cycle_finding(ctx, cycle, graph))
+        found = skip_finding(ctx, skip, cycle, graph) if skip else _cycle_finding(ctx, cycle, graph)
+        if skip:
+            found.details["cycle_root"] = True
+        findings.append(found)
         explained.update(w.waiter for w in cycle)
-    findings += _crash_findings(ctx, graph)
     findings += _frontier_findings(ctx, graph, explained)
     findings += _p2p_findings(ctx, graph, explained)
     if not any(f.blocking for f in findings):
         findings += stalled_findings(ctx)
+    findings += _uncovered_findings(ctx, findings)
     findings += _unreadable_findings(ctx)
     findings += _truncated_findings(ctx)
     findings += straggler_findings(ctx, straggler_ms)
@@ -371,6 +785,11 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     if not findings:
         findings.append(_healthy(ctx))
     return findings
+
+
+def _behind(ctx: Context, rank: int) -> bool:
+    """The rank's history stops before another member's in some group."""
+    return any(rank in v.spans and v.spans[rank][1] < v.max_hi for v in ctx.views.values())
 
 
 def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
@@ -395,4 +814,3 @@ def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
             details={"undecided": True},
         )]
     return []
-

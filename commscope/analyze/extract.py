@@ -29,6 +29,7 @@ from itertools import compress, islice, repeat
 from operator import add, lt
 from typing import Any
 
+from commscope.analyze.frames import user_place
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
 from commscope.analyze.records import (
     R_CREATED,
@@ -94,6 +95,23 @@ def _parse_ranks(text: Any) -> tuple[int, ...] | None:
     return None
 
 
+def _threads_and_exception(data: dict[str, Any], dump: RankDump) -> None:
+    """Commscope's ``commscope_threads`` (the main thread's place) and
+    ``commscope_exception``; anything malformed is ignored."""
+    threads = data.get("commscope_threads")
+    if isinstance(threads, list):
+        dump.threads = True
+        main = next((t for t in threads[:256] if isinstance(t, dict) and t.get("main") is True),
+                    None)
+        if main is not None:
+            dump.main_place = user_place(main.get("frames"))
+    exc = data.get("commscope_exception")
+    if isinstance(exc, dict) and type(exc.get("type")) is str:
+        message = exc.get("message")
+        dump.exception = (exc["type"][:200], message[:500] if type(message) is str else "",
+                          user_place(exc.get("frames")))
+
+
 def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
     for key, attr, types in (
         ("world_size", "world_size", (int,)), ("hostname", "hostname", (str,)),
@@ -109,12 +127,16 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
     if dump.world_size is not None and dump.world_size < 1:
         problems.append(f"world_size is {dump.world_size}, ignored")
         dump.world_size = None
+    _threads_and_exception(data, dump)
     config = data.get("pg_config")
     if isinstance(config, dict):
         for name, value in config.items():
             if not isinstance(value, dict):
                 continue
             ranks = _parse_ranks(value.get("ranks"))
+            desc = value.get("desc")
+            if type(name) is str and name and type(desc) is str and desc:
+                dump.group_desc.setdefault(name, desc[:200])  # also groups with no record
             if name == "" and ranks:
                 dump.world_hint = ranks  # gloo 2.13: the default group's ranks under ''
             elif type(name) is str and name and ranks and value.get("name", name) == name:
@@ -281,7 +303,7 @@ _PENDING_TABLE = bytes(0 if b & _DONE else 1 for b in range(256))
 
 def _unfinished(status: list[int]) -> list[int]:
     """Positions whose status has no done bit (usually a handful, at the end)."""
-    flags = bytes(status).translate(_PENDING_TABLE)  # statuses are 0..7
+    flags = bytes(status).translate(_PENDING_TABLE)  # statuses are 0..15
     out = []
     i = flags.find(1)
     while i >= 0:

@@ -17,12 +17,14 @@ from typing import Any
 
 from commscope.analyze.model import LoadResult
 
-__all__ = ["Frame", "user_frame", "FrameSource"]
+__all__ = ["Frame", "Place", "user_frame", "user_place", "FrameSource"]
 
 logger = logging.getLogger(__name__)
 
 Frame = tuple[str, str, int]
 """(function name, file name, line)."""
+Place = tuple[str, str, int, str]
+"""(function name, file name, line, source line): where a thread is now."""
 
 _LIBRARY_MARKERS = (
     "/torch/", "\\torch\\", "/commscope/flight/", "/commscope/comm/", "typing_extensions",
@@ -56,6 +58,20 @@ def user_frame(frames: Any) -> Frame | None:
         if not _is_library(frame[1]):
             return frame
     return parsed[0] if parsed else None
+
+
+def user_place(frames: Any) -> Place | None:
+    """The innermost user frame of a thread's stack (``commscope_threads``), with its
+    source line when the dump has it."""
+    if not isinstance(frames, list):
+        return None
+    items = [f for f in frames[:256] if _as_frame(f) is not None]
+    if not items:
+        return None
+    pick = next((f for f in items if not _is_library(f["filename"])), items[0])
+    name, filename, line = _as_frame(pick)  # type: ignore[misc]
+    code = pick.get("code")
+    return (name, filename, line, code if type(code) is str else "")
 
 
 class FrameSource:
@@ -104,3 +120,18 @@ class FrameSource:
         if index >= len(entries) or not isinstance(entries[index], dict):
             return None
         return user_frame(entries[index].get("frames"))
+
+    def has_threads(self, rank: int) -> bool:
+        """Whether ``rank``'s dump carries every thread's stack (commscope dumps do)."""
+        dump = self._load.dumps.get(rank)
+        return bool(dump and dump.threads)
+
+    def main_place(self, rank: int) -> Place | None:
+        """Where ``rank``'s main thread was when it dumped (its innermost user frame)."""
+        dump = self._load.dumps.get(rank)
+        return dump.main_place if dump else None
+
+    def exception(self, rank: int) -> tuple[str, str, Place | None] | None:
+        """(type, message, where it was raised) of the exception that made ``rank`` dump."""
+        dump = self._load.dumps.get(rank)
+        return dump.exception if dump else None

@@ -322,8 +322,8 @@ def align_group(group: Group, load: LoadResult) -> GroupView:
             spans[r] = (t.lo, t.hi)
         elif d.wrapped:
             unknown.append(r)
-        elif group.key not in _p2p_groups(d):
-            spans[r] = (1, 0)
+        else:
+            spans[r] = (1, 0)  # a member that issued no collective of it (p2p only, or none)
     view = GroupView(group=group, spans=spans, nodump=nodump, unknown=unknown)
     if tracks:
         cuts = sorted({t.lo for t in tracks.values()} | {t.hi + 1 for t in tracks.values()})

@@ -16,6 +16,7 @@ __all__ = [
     "RETIRED",
     "STARTED",
     "COMPLETED",
+    "FAILED",
     "GAP",
     "Sig",
     "SigTable",
@@ -34,6 +35,9 @@ STARTED = 2
 """Status bit: the work was seen started (``state`` "started" or "completed")."""
 COMPLETED = 4
 """Status bit: the work was seen completed (``state`` "completed")."""
+FAILED = 8
+"""Status bit (commscope dumps): the work ended with an error (a dead peer, a timeout).
+It is not a done bit: the rank was blocked in it until it failed."""
 GAP = -1
 """Signature id of a sequence number a rank skipped inside its recorded range."""
 
@@ -188,6 +192,12 @@ class RankDump:
     last: tuple[str, int, int] | None = None
     """The newest record: (group, seq or -1 for p2p, entry index)."""
     backend: str = ""
+    exception: tuple[str, str, tuple[str, str, int, str] | None] | None = None
+    """(type, message, where raised) of the exception the dump was written for (ours)."""
+    threads: bool = False
+    """The dump carries every thread's stack at dump time (ours)."""
+    main_place: tuple[str, str, int, str] | None = None
+    """Where the main thread was at dump time: (function, file, line, source line)."""
     problems: list[str] = field(default_factory=list)
     """What was wrong in parts of the file that was otherwise used."""
     sig_keys: list[Any] | None = None

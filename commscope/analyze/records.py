@@ -16,7 +16,8 @@ Algorithm (:func:`record_columns`):
 3. **Failed collectives** (commscope dumps): a record with ``failed: true`` ended with
    an error (a gloo timeout, a dead peer). It is retired but did not complete, as
    NCCL reports an aborted work, so it counts as not finished: the rank was blocked in
-   it until it failed.
+   it until it failed. Its status carries the ``FAILED`` bit instead of ``RETIRED``
+   (the diagnosis tells the victims of a crash by it).
 
 Either way the result is 19 columns indexed by the ``R_*`` constants. On the fast path
 the ``duration_ms`` and ``peer`` columns are ``None`` (the analysis does not need the
@@ -35,7 +36,7 @@ from itertools import chain, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from commscope.analyze.model import COMPLETED, STARTED
+from commscope.analyze.model import COMPLETED, FAILED, STARTED
 
 __all__ = [
     "STATE_BITS", "record_columns", "slow_columns", "short", "end_times", "reader_columns",
@@ -198,7 +199,7 @@ def reader_columns(result: tuple[Any, ...]) -> tuple[list[Any], RawFields]:
             None, None, keys]
     # As _failed_column: only when the first record has the field, and some are True.
     if first_has_failed and True in failed:
-        cols[R_RETIRED] = [r and f is not True for r, f in zip(cols[R_RETIRED], failed)]
+        cols[R_RETIRED] = [FAILED if f is True else r for r, f in zip(cols[R_RETIRED], failed)]
     return cols, RawFields(peer, duration)
 
 
@@ -252,7 +253,7 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
         problems[f"retired is {short(retired)}, expected true/false"] += 1
         retired = state == "completed"
     if e.get("failed") is True:  # ended with an error: retired, never finished
-        retired = False
+        retired = FAILED
     is_p2p = e.get("is_p2p", False)
     if type(is_p2p) is not bool:
         problems[f"is_p2p is {short(is_p2p)}, expected true/false"] += 1
@@ -302,7 +303,7 @@ def record_columns(
     if cols is not None:
         failed = _failed_column(entries) if entries else None
         if failed is not None:
-            cols[R_RETIRED] = [r and f is not True for r, f in zip(cols[R_RETIRED], failed)]
+            cols[R_RETIRED] = [FAILED if f is True else r for r, f in zip(cols[R_RETIRED], failed)]
         return cols, None
     cols, kept = _slow_columns(entries, problems)
     return cols, (None if len(kept) == len(entries) else kept)

@@ -159,7 +159,8 @@ def skip_finding(ctx: Context, skip: Skip, cycle: list[Wait], graph: WaitGraph) 
     )
     return Finding(
         kind="missing_rank", group=g, collective_seq_id=seq, op=sig.op if sig else None,
-        culprit_ranks=[culprit], waiting_ranks=waiting, message=message, blocking=True,
+        culprit_ranks=[culprit], waiting_ranks=sorted(set(waiting) | set(held)),
+        message=message, blocking=True,
         details={"frames": {culprit: frame},
                  "cycle": [(w.waiter, w.target, w.group, w.seq) for w in cycle],
                  "witnesses": (list(skip.before), list(skip.after))},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-__all__ = ["rank_list", "ranks_phrase", "plural", "frame_text", "ms"]
+__all__ = ["rank_list", "ranks_phrase", "plural", "frame_text", "place_text", "ms"]
 
 
 def rank_list(ranks: Iterable[int], limit: int = 12) -> str:
@@ -46,6 +46,15 @@ def frame_text(frame: tuple[str, str, int] | None) -> str:
         return "no stack recorded"
     name, filename, line = frame
     return f"{os.path.basename(filename) or filename}:{line} in {name}"
+
+
+def place_text(place: tuple[str, str, int, str] | None) -> str:
+    """``loader.py:42 in load_batch (time.sleep(60))``: a frame and the line it runs."""
+    if place is None:
+        return "no stack recorded"
+    name, filename, line, code = place
+    where = f"{os.path.basename(filename) or filename}:{line} in {name}"
+    return f"{where} ({code})" if code else where
 
 
 def ms(ns: float) -> str:

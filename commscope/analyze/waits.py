@@ -1,20 +1,28 @@
 """Who waits for whom, and the cycles in it.
 
+This is the one graph every verdict and finding comes from. Nodes are ranks, with or
+without a dump; an edge says "this rank cannot go on until that rank issues
+something".
+
 Algorithm (:func:`build_waits`, :func:`find_cycles`):
 
 1. For every group whose frontier has waiting ranks, each waiting rank waits for each
    rank that never reached the frontier collective (an edge labelled with the group
    and sequence number).
-2. For every unfinished send/recv with no partner, its rank waits for the peer.
-3. A rank is *stuck* when it has an outgoing edge or an unfinished collective whose
+2. For every group, a rank with an unfinished collective of it waits for the members
+   that left no dump (they may never have reached it: crashed or not collected).
+3. For every unfinished send/recv with no partner, its rank waits for the peer; an
+   unfinished send/recv whose peer left no dump waits for that peer too.
+4. A rank is *stuck* when it has an outgoing edge or an unfinished collective whose
    ranks disagree; a rank that others wait for and that is not stuck is *free*: it
-   went elsewhere (missing rank, unmatched p2p).
-4. Cycles: strongly connected components of the rank graph (Tarjan's algorithm,
-   iterative so 100 000 ranks do not hit Python's recursion limit). A component of
-   two or more ranks whose edges span two or more groups is one cross-group
-   deadlock; one concrete cycle through it is extracted for the message, starting at
-   its lowest rank.
-5. Ranks outside a cycle that can reach it wait on it (reverse reachability).
+   went elsewhere (missing rank, unmatched p2p) or is gone (crashed).
+5. Cycles: strongly connected components of the rank graph (Tarjan's algorithm,
+   iterative so 100 000 ranks do not hit Python's recursion limit). Every component
+   of two or more ranks is one deadlock (through send/recv, across groups, or both);
+   one concrete cycle through it is extracted for the message, starting at its
+   lowest rank.
+6. Ranks outside a set (a root, a cycle) that can reach it wait behind it (reverse
+   reachability, transitively down chains).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from commscope.analyze.match import GroupView, P2PIssue
-from commscope.analyze.model import COMPLETED, RETIRED
+from commscope.analyze.model import COMPLETED, RETIRED, LoadResult
 
 __all__ = ["Wait", "WaitGraph", "build_waits", "find_cycles", "reaching"]
 
@@ -65,21 +73,38 @@ class WaitGraph:
 
 
 def build_waits(views: dict[str, GroupView], p2p: list[P2PIssue],
-                pending_mismatch_ranks: Iterable[int]) -> WaitGraph:
-    """Steps 1-3 of the module doc."""
+                pending_mismatch_ranks: Iterable[int],
+                load: LoadResult | None = None) -> WaitGraph:
+    """Steps 1-4 of the module doc (steps 2 and 3's no-dump peers need ``load``)."""
     waits: list[Wait] = []
     for key in sorted(views):
         view = views[key]
         f = view.frontier
-        if f is None or not f.waiting or f.completed_by:
-            continue
-        for w in f.waiting:
-            for q in f.lack:
-                waits.append(Wait(w, q, key, f.seq, "collective"))
+        if f is not None and f.waiting and not f.completed_by:
+            for w in f.waiting:
+                for q in f.lack:
+                    waits.append(Wait(w, q, key, f.seq, "collective"))
+        if view.nodump and load is not None:
+            for r in sorted(view.spans):
+                seq = _oldest_unfinished(load, r, key)
+                if seq is not None:
+                    waits.extend(Wait(r, q, key, seq, "collective") for q in view.nodump)
     for issue in p2p:
         if issue.kind == "unmatched" and not issue.op.status & _DONE and issue.peer is not None:
             waits.append(Wait(issue.rank, issue.peer, issue.group, None, issue.op.op))
+    if load is not None:
+        for r, d in sorted(load.dumps.items()):
+            for op in d.p2p:
+                if op.peer is not None and op.peer not in load.dumps and not op.status & _DONE:
+                    waits.append(Wait(r, op.peer, op.group, None, op.op))
     return WaitGraph(waits, pending_mismatch_ranks)
+
+
+def _oldest_unfinished(load: LoadResult, rank: int, group: str) -> int | None:
+    for g, seq, _ in load.dumps[rank].pending:
+        if g == group and seq >= 0:
+            return seq
+    return None
 
 
 def _tarjan(nodes: list[int], graph: WaitGraph) -> list[list[int]]:
@@ -144,23 +169,19 @@ def _one_cycle(comp: set[int], graph: WaitGraph) -> list[Wait]:
 
 
 def find_cycles(graph: WaitGraph) -> list[list[Wait]]:
-    """Cross-group wait cycles, each once (step 4)."""
+    """Wait cycles, one per strongly connected component of two or more ranks (step 5)."""
     nodes = sorted(set(graph.out) | {w.target for w in graph.edges()})
     cycles = []
     for comp in _tarjan(nodes, graph):
         if len(comp) < 2:
             continue
-        members = set(comp)
-        groups = {w.group for r in comp for w in graph.out.get(r, []) if w.target in members}
-        if len(groups) < 2:
-            continue
-        cycles.append(_one_cycle(members, graph))
+        cycles.append(_one_cycle(set(comp), graph))
     cycles.sort(key=lambda c: min(w.waiter for w in c))
     return cycles
 
 
 def reaching(targets: set[int], graph: WaitGraph) -> set[int]:
-    """Ranks outside ``targets`` that wait on them, directly or through others (step 5)."""
+    """Ranks outside ``targets`` that wait on them, directly or through others (step 6)."""
     reverse: dict[int, set[int]] = {}
     for w in graph.edges():
         reverse.setdefault(w.target, set()).add(w.waiter)

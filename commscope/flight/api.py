@@ -192,18 +192,22 @@ def _recorder() -> Recorder:
     return rec
 
 
-def dump(path: str | None = None, *, reason: str = "api", dump_format: str | None = None) -> str:
+def dump(path: str | None = None, *, reason: str = "api", dump_format: str | None = None,
+         exception: BaseException | None = None) -> str:
     """Write this rank's dump file now and return its absolute path.
 
     ``path`` defaults to ``<dump_prefix><rank>`` (``.json`` for JSON). A ``path``
     ending in ``.json`` (or ``.json.gz``) is written as JSON unless ``dump_format`` says
-    otherwise.
+    otherwise. From an ``except`` block, pass ``exception=e`` (and e.g.
+    ``reason="exception"``): the file keeps its type, message and traceback, and the
+    analyzer reports the rank as crashed by it.
     """
     _recorder()
     assert _state.dumper is not None
     if dump_format is None and path is not None and path.removesuffix(".gz").endswith(".json"):
         dump_format = "json"
-    return _state.dumper.dump(reason, path=path, dump_format=dump_format)
+    return _state.dumper.dump(reason, path=path, dump_format=dump_format,
+                              exception=exception)
 
 
 def snapshot(

@@ -23,6 +23,7 @@ from typing import Any
 from commscope import __version__
 from commscope.flight.entry import COMPLETED, entry_to_dict
 from commscope.flight.recorder import Recorder
+from commscope.flight.threads import exception_record, thread_stacks
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -68,12 +69,15 @@ def build_dump(
     include_collectives: bool = True,
     include_stack_traces: bool = True,
     only_active: bool = False,
+    exception: BaseException | None = None,
 ) -> dict[str, Any]:
     """The dump dict of this rank right now (see ``docs/flight.md``, "Dump format").
 
     ``only_active`` keeps only entries not yet completed; ``include_collectives=False``
     leaves ``entries`` empty; ``include_stack_traces=False`` leaves every ``frames``
-    empty. Never raises for a half-updated entry: fields are read as they are.
+    empty and ``commscope_threads`` out. ``exception``: the exception that triggered
+    the dump (``commscope_exception``). Never raises for a half-updated entry: fields
+    are read as they are.
     """
     if rec.polled:
         rec.poll()  # device-side works (NCCL): learn what completed since the last poll
@@ -93,6 +97,10 @@ def build_dump(
         "comm_lib_version": _comm_lib_version(rec),
         "entries": [],
     }
+    if include_stack_traces:
+        out["commscope_threads"] = thread_stacks(rec.config.max_frames)
+    if exception is not None:
+        out["commscope_exception"] = exception_record(exception, rec.config.max_frames)
     if include_collectives:
         cache: dict[Any, Any] = {}
         entries = rec.ring.snapshot()
@@ -167,6 +175,12 @@ class Dumper:
         self.last_path: str | None = None
         self.last_reason: str | None = None
         self.count = 0
+        self.owner: int | None = None
+        """The thread writing a dump right now (``None`` when idle)."""
+        self.exception: BaseException | None = None
+        """The first exception a dump was written for: every later dump of this process
+        keeps it (a rank that raised and is then stopped by torchrun's SIGTERM still
+        says why it went down)."""
 
     def path(self, dump_format: str | None = None) -> str:
         """Where this rank's dump goes."""
@@ -175,15 +189,24 @@ class Dumper:
             cfg.dump_prefix, _rank(self.rec), dump_format or cfg.dump_format, cfg.compress
         )
 
-    def dump(self, reason: str, path: str | None = None, dump_format: str | None = None) -> str:
-        """Write the dump now and return its absolute path."""
+    def dump(self, reason: str, path: str | None = None, dump_format: str | None = None,
+             exception: BaseException | None = None) -> str:
+        """Write the dump now and return its absolute path (``exception``: what
+        triggered it, kept in the file)."""
         cfg = self.rec.config
         fmt = dump_format or cfg.dump_format
         if path is None:
             path = self.path(fmt)
         with self._lock:
-            data = serialize(build_dump(self.rec, reason), fmt, cfg.compress)
-            written = write_atomic(path, data)
-            self.last_path, self.last_reason = written, reason
-            self.count += 1
+            self.owner = threading.get_ident()
+            try:
+                if exception is not None and self.exception is None:
+                    self.exception = exception
+                data = serialize(build_dump(self.rec, reason, exception=self.exception), fmt,
+                                 cfg.compress)
+                written = write_atomic(path, data)
+                self.last_path, self.last_reason = written, reason
+                self.count += 1
+            finally:
+                self.owner = None
         return written

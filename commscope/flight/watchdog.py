@@ -94,6 +94,7 @@ class Watchdog:
         self._prev_handlers: dict[int, Any] = {}
         self._last_signal_dump: dict[int, tuple[float, threading.Event | None]] = {}
         self._handler_ran: dict[int, float] = {}
+        self._deferred_signals: list[int] = []
         self._signal_lock = threading.Lock()
         self._prev_excepthook: Any = None
         self._prev_thread_excepthook: Any = None
@@ -182,15 +183,19 @@ class Watchdog:
                 self._post_request("collective error")
         self._check_requests()
 
-    def _safe_dump(self, reason: str) -> str | None:
+    def _safe_dump(self, reason: str, exception: BaseException | None = None) -> str | None:
         self._last_dump = time.monotonic()
         try:
-            path = self.dumper.dump(reason)
+            path = self.dumper.dump(reason, exception=exception)
             logger.warning("commscope flight: wrote %s (%s)", path, reason)
             return path
         except Exception as exc:
             logger.warning("commscope flight: dump failed (%s): %r", reason, exc)
             return None
+        finally:
+            while (self._deferred_signals and self.dumper.owner is None
+                   and threading.current_thread() is threading.main_thread()):
+                self._on_signal(self._deferred_signals.pop(0), None)
 
     # ------------------------------------------------------------------ store
 
@@ -300,6 +305,11 @@ class Watchdog:
             done.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.dumper.owner == threading.get_ident():
+            # The signal interrupted this thread's own dump (an exception being dumped
+            # when torchrun's SIGTERM arrives): finish that file first, then act on it.
+            self._deferred_signals.append(signum)
+            return
         self._handler_ran[signum] = time.monotonic()
         self._signal_dump(signum)
         prev = self._prev_handlers.get(signum, signal.SIG_DFL)
@@ -362,13 +372,14 @@ class Watchdog:
         self._prev_excepthook = self._prev_thread_excepthook = None
 
     def _excepthook(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._safe_dump("exception")
-        self._post_request("exception")
+        if exc_type is not SystemExit or exc.code not in (0, None):
+            self._safe_dump("exception", exc)
+            self._post_request("exception")
         hook = self._prev_excepthook or sys.__excepthook__
         hook(exc_type, exc, tb)
 
     def _thread_excepthook(self, args: Any) -> None:
         if args.exc_type is not SystemExit:
-            self._safe_dump("exception")
+            self._safe_dump("exception", args.exc_value)
         hook = self._prev_thread_excepthook or threading.__excepthook__
         hook(args)

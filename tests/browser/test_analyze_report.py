@@ -18,7 +18,10 @@ DATA = Path(__file__).resolve().parents[1] / "data"
     ("missing_rank", "hang", "missing_rank"),
     ("cross_group_deadlock", "hang", "cross_group_deadlock"),
     ("crashed_rank", "crash", "crashed_rank"),
-    ("healthy", "healthy", "healthy"),
+    ("recorded/healthy", "healthy", "healthy"),
+    ("healthy", "incomplete", "stalled_collective"),
+    ("scenarios/pipeline_skip_recv/ours", "hang", "p2p_unmatched"),
+    ("scenarios/p2p_deadlock_send/ours", "hang", "p2p_deadlock"),
 ])
 def test_report_shows_verdict_and_findings(page, tmp_path, name, verdict, kind):
     result = analyze(DATA / name)

@@ -31,5 +31,5 @@ def test_live_skip_then_block_is_the_skipping_rank(tmp_path):
                                           tmp_path / "skipped")
     result = analyze(out)
     root = result.findings[0]
-    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [3], [1])
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [3], [0, 1, 2])
     assert (root.group.desc, root.group.ranks, root.collective_seq_id) == ("mesh_dp", (1, 3), 3)

@@ -47,7 +47,7 @@ def _dp3_after_world(entries: list[dict]) -> list[dict]:
 def test_the_skip_is_the_root_cause_and_the_cycle_its_consequence():
     result = analyze(DATA)
     root = result.findings[0]
-    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [3], [1])
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [3], [0, 1, 2])
     assert (root.group.name, root.collective_seq_id, root.op) == (DP13, 3, "all_reduce")
     assert result.verdict == "hang"
     assert [f.kind for f in result.findings] == ["missing_rank"]

@@ -1,0 +1,818 @@
+"""Regenerate ``tests/data/scenarios/<name>/``: the analyzer's scenario corpus, every
+folder the dumps of one REAL multi-process gloo job.
+
+Usage (from the repository root)::
+
+    .venv/bin/python tests/data/make_scenarios.py                 # every scenario
+    .venv/bin/python tests/data/make_scenarios.py pipeline_skip_recv p2p_deadlock_recv
+    .venv/bin/python tests/data/make_scenarios.py --list
+
+How a job runs (:func:`launch`, a small stand-in for ``torchrun``): the ranks are forked
+from this process (torch is imported once), each calls ``commscope.flight.enable`` and
+``init_process_group("gloo")`` over a FileStore, with PyTorch's own recorder on too
+(``TORCH_FR_BUFFER_SIZE``). Every time commscope writes a dump, the rank also writes
+PyTorch's native dump (``_dump_fr_trace``) next to it, so each folder holds
+``ours/rank_<N>`` and ``native/rank_<N>``. An exception that leaves a rank's function
+goes to ``sys.excepthook`` (commscope's hook dumps it, reason ``exception``, with the
+exception) and the rank exits 1, as a Python script does. As torchrun does, once a
+rank exits with an error or a signal the launcher sends SIGTERM to the others, which
+dump on their way down (commscope's SIGTERM handler), and SIGKILL after a grace
+period. A job that hangs is ended (SIGKILL) once every live rank has dumped: the
+recorder's watchdog saw the stuck op after ``TIMEOUT_S`` and asked all ranks to dump.
+
+Each scenario states what the analyzer must find (:class:`Expect`); that statement is
+written to ``scenario.json`` beside the dumps and ``tests/unit/test_analyze_scenarios.py``
+asserts it for ``ours`` (and for ``native`` where the scenario says what native dumps
+allow: gloo's native recorder has no stacks of idle threads, no exception and no
+dump-time field). The statement comes from the fault the job injected, never from the
+analyzer's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import commscope.flight as flight  # noqa: E402
+from commscope.flight.dump import write_atomic  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "scenarios"
+TIMEOUT_S = 1.0
+"""The recorder's watchdog dumps after an op is pending this long."""
+JOB_LIMIT_S = 60.0
+SETTLE_S = 0.8
+"""After the last new dump file, how long the launcher waits before ending a hung job."""
+NATIVE_WAIT_S = 5.0
+"""How long a hung job may take to write PyTorch's native dumps after ours."""
+TERM_GRACE_S = 4.0
+"""torchrun's grace between SIGTERM and SIGKILL (its default is 30 s)."""
+
+
+# --------------------------------------------------------------------------- what to find
+
+
+@dataclass
+class Expect:
+    """What the analysis of a scenario's dumps must say."""
+
+    verdict: str
+    """``healthy`` / ``hang`` / ``crash`` / ``desync`` / ``incomplete``."""
+    kind: str | None = None
+    """Kind of the first finding (the root cause)."""
+    culprits: list[int] = field(default_factory=list)
+    """Culprit ranks of the first finding."""
+    blamed: list[int] | None = None
+    """Every rank any blocking finding names as a culprit (default: ``culprits``); a
+    victim or a waiter is never blamed."""
+    waiting: list[int] = field(default_factory=list)
+    """Ranks the first finding must list as waiting (a subset of its waiters)."""
+    also: list[tuple[str, list[int]]] = field(default_factory=list)
+    """Other findings (kind, culprits) that must be there."""
+    says: list[str] = field(default_factory=list)
+    """Text the first finding's message must contain."""
+
+
+@dataclass
+class Scenario:
+    """One real gloo job with one (or two) injected faults."""
+
+    name: str
+    world: int
+    run: Callable[..., None]
+    expect: Expect
+    native: Expect | None = None
+    """What the native dumps allow (``None``: nothing is asserted beyond 'not
+    healthy' when some rank stopped unfinished)."""
+    buffer_size: int = 2000
+    timing: bool = False
+
+
+# --------------------------------------------------------------------------- rank helpers
+
+
+def hang() -> None:
+    """Sit here until the launcher ends the job."""
+    time.sleep(JOB_LIMIT_S)
+
+
+def load_batch(step: int) -> torch.Tensor:
+    """A data loader that stalls (a dead NFS mount, a stuck worker)."""
+    time.sleep(JOB_LIMIT_S)
+    return torch.ones(4) * step
+
+
+def write_checkpoint(step: int) -> None:
+    """A checkpoint write that never returns."""
+    time.sleep(JOB_LIMIT_S)
+
+
+def finish() -> None:
+    """A job that ends well: dump on demand, let the others dump, leave."""
+    flight.dump()
+    time.sleep(0.3)
+
+
+def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
+    from commscope.mesh import init_device_mesh
+
+    return init_device_mesh("cpu", shape, mesh_dim_names=names)
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def healthy(rank: int, world: int) -> None:
+    pair = dist.new_group([0, 1], group_desc="pair_01")
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+        if rank in (0, 1):
+            dist.all_reduce(t, group=pair)
+        dist.broadcast(t, 0)
+        dist.all_gather_into_tensor(torch.zeros(world * 4), t)
+    dist.barrier()
+    finish()
+
+
+def missing_rank(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank != 2:
+        dist.all_reduce(t)  # 4: rank 2 never comes
+    hang()
+
+
+def missing_two_ranks(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank not in (1, 3):
+        dist.all_reduce(t)  # 3: ranks 1 and 3 never come
+    hang()
+
+
+def stall_in_data_loader(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for step in range(4):
+        batch = load_batch(step) if (rank == 3 and step == 2) else t * step
+        dist.all_reduce(batch)
+    hang()
+
+
+def stall_in_checkpoint(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == 0:
+        write_checkpoint(3)  # rank 0 saves; the others go on to the next step
+    dist.all_reduce(t)
+    hang()
+
+
+def straggler(rank: int, world: int) -> None:
+    t = torch.ones(16)
+    for _ in range(10):
+        if rank == 2:
+            time.sleep(0.12)  # a slow host
+        dist.all_reduce(t)
+    finish()
+
+
+def size_mismatch_abort(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    dist.all_reduce(torch.ones(8) if rank == 1 else torch.ones(4))  # gloo aborts a peer
+    hang()
+
+
+def dtype_mismatch(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    dist.all_reduce(torch.ones(4, dtype=torch.int32) if rank == 1 else torch.ones(4))
+    dist.broadcast(t, 0)
+    dist.barrier()
+    finish()
+
+
+def op_mismatch(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == 1:
+        dist.broadcast(t, 0)  # the others all_reduce
+    else:
+        dist.all_reduce(t)
+    hang()
+
+
+def order_mismatch(rank: int, world: int) -> None:
+    t, u = torch.ones(4), torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        works = [dist.broadcast(u, 0, async_op=True), dist.all_reduce(t, async_op=True)]
+    else:
+        works = [dist.all_reduce(t, async_op=True), dist.broadcast(u, 0, async_op=True)]
+    for w in works:
+        w.wait()
+    hang()
+
+
+def cross_group_order(rank: int, world: int) -> None:
+    grads = dist.new_group(list(range(world)), group_desc="grads")
+    stats = dist.new_group(list(range(world)), group_desc="stats")
+    t = torch.ones(4)
+    for step in range(3):
+        order = (grads, stats)
+        if rank == 1 and step == 2:
+            order = (stats, grads)  # rank 1 alone swaps the two
+        for g in order:
+            dist.all_reduce(t, group=g)
+    hang()
+
+
+def cross_group_cycle(rank: int, world: int) -> None:
+    a = dist.new_group([0, 1], group_desc="group_A")
+    b = dist.new_group([1, 2], group_desc="group_B")
+    c = dist.new_group([0, 2], group_desc="group_C")
+    t = torch.ones(4)
+    for group, members in ((a, (0, 1)), (b, (1, 2)), (c, (0, 2))):
+        if rank in members:
+            dist.all_reduce(t, group=group)
+    first, second = {0: (a, c), 1: (b, a), 2: (c, b)}[rank]
+    dist.all_reduce(t, group=first)
+    dist.all_reduce(t, group=second)
+    hang()
+
+
+def chain_through_subgroup(rank: int, world: int) -> None:
+    sub = dist.new_group([1, 2], group_desc="pair_12")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        dist.all_reduce(t, group=sub)  # rank 2 never joins: it stalls in its loader
+    if rank == 2:
+        load_batch(1)
+    dist.all_reduce(t)  # rank 0 waits here for rank 1, which waits for rank 2
+    hang()
+
+
+def wrapped_ring_missing(rank: int, world: int) -> None:
+    pair = dist.new_group([0, 1], group_desc="pair_01")
+    t = torch.ones(4)
+    for _ in range(7):
+        dist.all_reduce(t)
+        if rank in (0, 1):
+            dist.all_reduce(t, group=pair)
+            dist.all_reduce(t, group=pair)
+    if rank != 2:
+        dist.all_reduce(t)  # 8: rank 2 never comes
+    hang()
+
+
+# --------------------------------------------------------------------------- meshes
+
+
+def mesh2d_tp_missing(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    t = torch.ones(4)
+    for step in range(3):
+        if not (rank == 2 and step == 2):
+            dist.all_reduce(t, group=tp)  # rank 2 skips its tp all_reduce at step 2
+        dist.all_reduce(t, group=dp)
+    hang()
+
+
+def mesh2d_healthy(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+        dist.all_gather_into_tensor(torch.zeros(8), t, group=mesh.get_group("dp"))
+    dist.all_reduce(t)
+    finish()
+
+
+def mesh3d_crash_raise(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2, 2), ("pp", "dp", "tp"))
+    t = torch.ones(4)
+    for step in range(3):
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+        if rank == 5 and step == 2:
+            raise ValueError("loss is NaN at step 2 (rank 5)")
+        dist.all_reduce(t, group=mesh.get_group("dp"))
+        dist.all_reduce(t)
+    hang()
+
+
+def mesh3d_missing(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2, 2), ("pp", "dp", "tp"))
+    t = torch.ones(4)
+    for step in range(3):
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+        if not (rank == 6 and step == 2):
+            dist.all_reduce(t, group=mesh.get_group("dp"))
+    hang()
+
+
+def hsdp_flatten_missing(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2), ("replicate", "shard"))
+    flat = mesh["replicate", "shard"]._flatten("dp")
+    t = torch.ones(4)
+    for step in range(3):
+        dist.all_gather_into_tensor(torch.zeros(8), t, group=mesh.get_group("shard"))
+        if not (rank == 0 and step == 2):
+            dist.all_reduce(t, group=flat.get_group())
+    hang()
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+def crash_raise(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for step in range(4):
+        if rank == 1 and step == 3:
+            raise RuntimeError("bad batch: label 1043 out of range")
+        dist.all_reduce(t)
+    hang()
+
+
+def crash_os_exit(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == 1:
+        os._exit(3)  # gone without a word
+    dist.all_reduce(t)
+    hang()
+
+
+def crash_sigkill(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == 2:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer
+    dist.all_reduce(t)
+    hang()
+
+
+def crash_last_rank(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == world - 1:
+        os._exit(1)
+    dist.all_reduce(t)
+    hang()
+
+
+def crash_in_pipeline(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for step in range(3):
+        if rank > 0:
+            dist.recv(act, src=rank - 1)
+        if rank == 2 and step == 1:
+            raise RuntimeError("CUDA error: an illegal memory access (stage 2)")
+        if rank < world - 1:
+            dist.send(act, dst=rank + 1)
+    hang()
+
+
+# --------------------------------------------------------------------------- p2p
+
+
+def _stage(rank: int, world: int, act: torch.Tensor, *, skip_recv: bool = False,
+           skip_send: bool = False) -> None:
+    if rank > 0 and not skip_recv:
+        dist.recv(act, src=rank - 1)
+    if rank < world - 1 and not skip_send:
+        dist.send(act, dst=rank + 1)
+
+
+def pipeline_healthy(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for _ in range(4):
+        _stage(rank, world, act)
+    dist.all_reduce(torch.ones(2))
+    finish()
+
+
+def pipeline_skip_recv(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for step in range(4):
+        _stage(rank, world, act, skip_recv=rank == 2 and step == 2)
+    hang()
+
+
+def pipeline_skip_recv_then_sync(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for step in range(3):
+        _stage(rank, world, act, skip_recv=rank == 2 and step == 1)
+    dist.all_reduce(torch.ones(2))  # gradient sync: a cycle with rank 1's send
+    hang()
+
+
+def pipeline_drop_send(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for step in range(4):
+        _stage(rank, world, act, skip_send=rank == 1 and step == 2)
+    hang()
+
+
+def pipeline_stage_stall(rank: int, world: int) -> None:
+    act = torch.ones(8)
+    for step in range(4):
+        if rank == 2 and step == 2:
+            load_batch(step)
+        _stage(rank, world, act)
+    hang()
+
+
+def pipeline_1f1b_healthy(rank: int, world: int) -> None:
+    fwd, grad = torch.ones(8), torch.ones(8)
+    for _ in range(3):
+        ops = []
+        if rank > 0:
+            ops.append(dist.P2POp(dist.irecv, fwd, rank - 1))
+        if rank < world - 1:
+            ops.append(dist.P2POp(dist.isend, fwd, rank + 1))
+        for w in dist.batch_isend_irecv(ops) if ops else []:
+            w.wait()
+        ops = []
+        if rank < world - 1:
+            ops.append(dist.P2POp(dist.irecv, grad, rank + 1))
+        if rank > 0:
+            ops.append(dist.P2POp(dist.isend, grad, rank - 1))
+        for w in dist.batch_isend_irecv(ops) if ops else []:
+            w.wait()
+    dist.all_reduce(torch.ones(2))
+    finish()
+
+
+def pipeline_1f1b_drop_grad(rank: int, world: int) -> None:
+    fwd, grad = torch.ones(8), torch.ones(8)
+    for step in range(3):
+        if rank > 0:
+            dist.recv(fwd, src=rank - 1)
+        if rank < world - 1:
+            dist.send(fwd, dst=rank + 1)
+        ops = []
+        if rank < world - 1:
+            ops.append(dist.P2POp(dist.irecv, grad, rank + 1))
+        if rank > 0 and not (rank == 3 and step == 1):  # the last stage drops a grad send
+            ops.append(dist.P2POp(dist.isend, grad, rank - 1))
+        for w in dist.batch_isend_irecv(ops) if ops else []:
+            w.wait()
+    hang()
+
+
+def p2p_deadlock_recv(rank: int, world: int) -> None:
+    t = torch.ones(6)
+    dist.all_reduce(t)
+    dist.recv(t, src=1 - rank)  # both wait to receive first
+    dist.send(t, dst=1 - rank)
+    hang()
+
+
+def p2p_deadlock_send(rank: int, world: int) -> None:
+    t = torch.ones(6)
+    dist.all_reduce(t)
+    dist.send(t, dst=1 - rank)  # gloo's send waits for the peer's recv: both send first
+    dist.recv(t, src=1 - rank)
+    hang()
+
+
+def p2p_ring_deadlock(rank: int, world: int) -> None:
+    t = torch.ones(6)
+    dist.all_reduce(t)
+    dist.send(t, dst=(rank + 1) % world)  # every rank sends first around a ring
+    dist.recv(t, src=(rank - 1) % world)
+    hang()
+
+
+def p2p_ring_healthy(rank: int, world: int) -> None:
+    t = torch.ones(6)
+    for _ in range(3):
+        ops = [dist.P2POp(dist.isend, t, (rank + 1) % world),
+               dist.P2POp(dist.irecv, torch.zeros(6), (rank - 1) % world)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    finish()
+
+
+def p2p_size_mismatch(rank: int, world: int) -> None:
+    dist.all_reduce(torch.ones(2))
+    if rank == 0:
+        dist.send(torch.ones(8, 16), dst=1)
+    elif rank == 1:
+        dist.recv(torch.zeros(8, 32), src=0)  # gloo completes it: half the buffer is garbage
+    finish()
+
+
+def p2p_unmatched_send(rank: int, world: int) -> None:
+    dist.all_reduce(torch.ones(2))
+    if rank == 0:
+        dist.send(torch.arange(6.0), dst=1)  # rank 1 never receives
+    hang()
+
+
+# --------------------------------------------------------------------------- two faults
+
+
+def two_faults(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp = mesh.get_group("tp")
+    t = torch.ones(4)
+    for step in range(3):
+        if rank == 1 and step == 2:
+            pass  # fault 1: rank 1 skips its tp all_reduce
+        elif rank == 3 and step == 2:
+            load_batch(step)  # fault 2: rank 3 stalls in its loader
+        else:
+            dist.all_reduce(t, group=tp)
+    hang()
+
+
+def crash_and_stall(rank: int, world: int) -> None:
+    pair_a = dist.new_group([0, 1], group_desc="pair_01")
+    pair_b = dist.new_group([2, 3], group_desc="pair_23")
+    t = torch.ones(4)
+    for step in range(3):
+        if rank in (0, 1):
+            if rank == 0 and step == 2:
+                raise RuntimeError("checkpoint shard missing (rank 0)")
+            dist.all_reduce(t, group=pair_a)
+        else:
+            if rank == 3 and step == 2:
+                load_batch(step)
+            dist.all_reduce(t, group=pair_b)
+    hang()
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("healthy", 3, healthy, Expect("healthy", "healthy"), Expect("healthy", "healthy")),
+    Scenario("mesh2d_healthy", 4, mesh2d_healthy, Expect("healthy", "healthy"),
+             Expect("healthy", "healthy")),
+    Scenario("pipeline_healthy", 4, pipeline_healthy, Expect("healthy", "healthy")),
+    Scenario("pipeline_1f1b_healthy", 4, pipeline_1f1b_healthy, Expect("healthy", "healthy")),
+    Scenario("p2p_ring_healthy", 3, p2p_ring_healthy, Expect("healthy", "healthy")),
+    Scenario("straggler", 3, straggler, Expect("healthy", "straggler", [2]), timing=True),
+    Scenario("missing_rank", 3, missing_rank,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1], says=["in hang"]),
+             Expect("hang", "missing_rank", [2], waiting=[0, 1])),
+    Scenario("missing_two_ranks", 4, missing_two_ranks,
+             Expect("hang", "missing_rank", [1, 3], waiting=[0, 2],
+                    says=["Ranks 1, 3 never joined"]),
+             Expect("hang", "missing_rank", [1, 3], waiting=[0, 2])),
+    Scenario("stall_in_data_loader", 4, stall_in_data_loader,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2],
+                    says=["alive and in no collective", "load_batch", "time.sleep"]),
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2])),
+    Scenario("stall_in_checkpoint", 3, stall_in_checkpoint,
+             Expect("hang", "missing_rank", [0], waiting=[1, 2],
+                    says=["write_checkpoint"]),
+             Expect("hang", "missing_rank", [0], waiting=[1, 2])),
+    Scenario("chain_through_subgroup", 3, chain_through_subgroup,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1], says=["load_batch"])),
+    Scenario("size_mismatch_abort", 4, size_mismatch_abort,
+             Expect("hang", "size_mismatch", [1])),
+    Scenario("dtype_mismatch", 3, dtype_mismatch, Expect("desync", "dtype_mismatch", [1]),
+             Expect("desync", "dtype_mismatch", [1])),
+    Scenario("op_mismatch", 3, op_mismatch, Expect("hang", "op_mismatch", [1]),
+             Expect("hang", "op_mismatch", [1])),
+    Scenario("order_mismatch", 3, order_mismatch, Expect("hang", "order_mismatch", [1]),
+             Expect("hang", "order_mismatch", [1])),
+    Scenario("cross_group_order", 4, cross_group_order,
+             Expect("hang", "cross_group_deadlock", [1], waiting=[0, 2, 3],
+                    says=["out of order"]),
+             Expect("hang", "cross_group_deadlock", [1], waiting=[0, 2, 3])),
+    Scenario("cross_group_cycle", 3, cross_group_cycle,
+             Expect("hang", "cross_group_deadlock", [0, 1, 2]),
+             Expect("hang", "cross_group_deadlock", [0, 1, 2])),
+    Scenario("wrapped_ring_missing", 3, wrapped_ring_missing,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1],
+                    also=[("truncated_history", [0, 1])]),
+             buffer_size=8),
+    Scenario("mesh2d_tp_missing", 4, mesh2d_tp_missing,
+             Expect("hang", "missing_rank", [2], waiting=[3]),
+             Expect("hang", "missing_rank", [2], waiting=[3])),
+    Scenario("mesh3d_missing", 8, mesh3d_missing,
+             Expect("hang", "missing_rank", [6], waiting=[4])),
+    Scenario("hsdp_flatten_missing", 4, hsdp_flatten_missing,
+             Expect("hang", "missing_rank", [0], waiting=[1, 2, 3])),
+    Scenario("mesh3d_crash_raise", 8, mesh3d_crash_raise,
+             Expect("crash", "crashed_rank", [5], says=["ValueError", "loss is NaN"])),
+    Scenario("crash_raise", 3, crash_raise,
+             Expect("crash", "crashed_rank", [1], waiting=[0, 2],
+                    says=["RuntimeError", "bad batch"])),
+    Scenario("crash_os_exit", 3, crash_os_exit,
+             Expect("crash", "crashed_rank", [1], says=["left no dump"])),
+    Scenario("crash_sigkill", 4, crash_sigkill,
+             Expect("crash", "crashed_rank", [2], says=["left no dump"])),
+    Scenario("crash_last_rank", 3, crash_last_rank,
+             Expect("crash", "crashed_rank", [2], says=["left no dump"])),
+    Scenario("crash_in_pipeline", 4, crash_in_pipeline,
+             Expect("crash", "crashed_rank", [2], says=["illegal memory access"])),
+    Scenario("pipeline_skip_recv", 4, pipeline_skip_recv,
+             Expect("hang", "p2p_unmatched", [2], waiting=[1], says=["never posted"])),
+    Scenario("pipeline_skip_recv_then_sync", 4, pipeline_skip_recv_then_sync,
+             Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3], says=["never posted"])),
+    Scenario("pipeline_drop_send", 4, pipeline_drop_send,
+             Expect("hang", "p2p_unmatched", [1], waiting=[2, 3], says=["never posted"])),
+    Scenario("pipeline_stage_stall", 4, pipeline_stage_stall,
+             Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3],
+                    says=["alive and in no collective", "load_batch"])),
+    Scenario("pipeline_1f1b_drop_grad", 4, pipeline_1f1b_drop_grad,
+             Expect("hang", "p2p_unmatched", [3], waiting=[2], says=["never posted"])),
+    Scenario("p2p_deadlock_recv", 2, p2p_deadlock_recv,
+             Expect("hang", "p2p_deadlock", [0, 1])),
+    Scenario("p2p_deadlock_send", 2, p2p_deadlock_send,
+             Expect("hang", "p2p_deadlock", [0, 1])),
+    Scenario("p2p_ring_deadlock", 4, p2p_ring_deadlock,
+             Expect("hang", "p2p_deadlock", [0, 1, 2, 3])),
+    Scenario("p2p_size_mismatch", 2, p2p_size_mismatch,
+             Expect("desync", "size_mismatch", [0, 1])),
+    Scenario("p2p_unmatched_send", 3, p2p_unmatched_send,
+             Expect("hang", "p2p_unmatched", [1], waiting=[0], says=["never posted"])),
+    Scenario("two_faults", 4, two_faults,
+             Expect("hang", "missing_rank", [1], blamed=[1, 3], waiting=[0],
+                    also=[("missing_rank", [3])])),
+    Scenario("crash_and_stall", 4, crash_and_stall,
+             Expect("crash", "crashed_rank", [0], blamed=[0, 3], says=["checkpoint shard"],
+                    also=[("missing_rank", [3])])),
+]}
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+def _native_bytes() -> bytes:
+    return bytes(torch._C._distributed_c10d._dump_fr_trace())
+
+
+def _also_native(native_dir: Path, rank: int) -> None:
+    """Every commscope dump of this rank also writes PyTorch's native dump."""
+    dump_module = sys.modules["commscope.flight.dump"]
+    original = dump_module.Dumper.dump
+
+    def dump(self: Any, reason: str, *args: Any, **kwargs: Any) -> str:
+        path = original(self, reason, *args, **kwargs)
+        try:
+            write_atomic(str(native_dir / f"rank_{rank}"), _native_bytes())
+        except Exception as exc:  # the native recorder is a bonus, never the point
+            print(f"rank {rank}: native dump failed: {exc!r}", file=sys.stderr)
+        return path
+
+    dump_module.Dumper.dump = dump  # type: ignore[method-assign]
+
+
+def _rank_main(sc: Scenario, rank: int, out: Path, store_path: str) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(sc.world),
+                       "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(sc.world),
+                       "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": str(sc.buffer_size),
+                       "TORCH_FR_CPP_STACK": "0"})
+    torch.set_num_threads(1)
+    try:
+        flight.enable(dump_prefix=str(out / "ours" / "rank_"), timeout_s=TIMEOUT_S,
+                      poll_interval_s=0.2, buffer_size=sc.buffer_size, timing=sc.timing)
+        _also_native(out / "native", rank)
+        store = dist.FileStore(store_path, sc.world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=sc.world,
+                                timeout=timedelta(seconds=30))
+        sc.run(rank, sc.world)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())  # what the interpreter does with an uncaught one
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
+
+
+def launch(sc: Scenario, out: Path, scratch: Path) -> dict[int, int | None]:
+    """Run one scenario as torchrun would; return each rank's exit code."""
+    import multiprocessing as mp
+
+    for sub in ("ours", "native"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    store_path = str(scratch / f"store-{sc.name}-{time.monotonic_ns()}")
+    ctx = mp.get_context("fork")
+    procs = {r: ctx.Process(target=_rank_main, args=(sc, r, out, store_path), daemon=True)
+             for r in range(sc.world)}
+    for p in procs.values():
+        p.start()
+    deadline = time.monotonic() + JOB_LIMIT_S
+    term_at: float | None = None
+    seen, last_new = 0, time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            alive = {r for r, p in procs.items() if p.is_alive()}
+            if not alive:
+                break
+            failed = [r for r, p in procs.items() if p.exitcode not in (None, 0)]
+            if failed and term_at is None:  # torchrun: one failed, stop the rest
+                term_at = time.monotonic()
+                for r in alive:
+                    os.kill(procs[r].pid, signal.SIGTERM)
+            if term_at is not None and time.monotonic() - term_at > TERM_GRACE_S:
+                break
+            files = len(list(out.glob("*/rank_*")))
+            if files != seen:
+                seen, last_new = files, time.monotonic()
+            dumped = all((out / sub / f"rank_{r}").exists() for r in alive
+                         for sub in ("ours", "native"))
+            if time.monotonic() - last_new > NATIVE_WAIT_S:
+                dumped = all((out / "ours" / f"rank_{r}").exists() for r in alive)
+            if term_at is None and files and dumped and time.monotonic() - last_new > SETTLE_S:
+                break  # a hung job, every live rank dumped: end it
+            time.sleep(0.05)
+    finally:
+        # Freeze every rank before killing any: a rank that saw a peer's sockets close
+        # would otherwise dump again ("Connection closed by peer") on its way out.
+        alive = [p for p in procs.values() if p.is_alive()]
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in alive:
+                try:
+                    os.kill(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+        for p in procs.values():
+            p.join(5)
+    for d in ("ours", "native"):
+        for tmp in (out / d).glob(".*.tmp"):
+            tmp.unlink()
+    return {r: p.exitcode for r, p in procs.items()}
+
+
+def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
+    """Run scenario ``name`` and write its folder (dumps and ``scenario.json``)."""
+    sc = SCENARIOS[name]
+    out = DATA / name if out is None else Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    codes = launch(sc, out, scratch)
+    if not any((out / "native").iterdir()):
+        (out / "native").rmdir()
+    meta = {
+        "name": sc.name,
+        "world_size": sc.world,
+        "story": (sc.run.__doc__ or "").strip() or None,
+        "exit_codes": {str(r): c for r, c in codes.items()},
+        "expect": asdict(sc.expect),
+        "native_expect": asdict(sc.native) if sc.native else None,
+        "made_by": "tests/data/make_scenarios.py",
+        "torch": torch.__version__,
+    }
+    (out / "scenario.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--list"]:
+        for sc in SCENARIOS.values():
+            print(f"{sc.name:32} {sc.world} ranks  {sc.expect.verdict:8} {sc.expect.kind}")
+        return 0
+    names = argv or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"commscope-scenarios-{os.getpid()}"
+    try:
+        for name in names:
+            start = time.monotonic()
+            out = generate(name, scratch)
+            files = sorted(str(p.relative_to(out)) for p in out.rglob("rank_*"))
+            print(f"{name}: {files} in {time.monotonic() - start:.1f}s", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

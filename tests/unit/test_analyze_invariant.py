@@ -1,0 +1,89 @@
+"""The diagnosis invariant, property-tested over generated histories.
+
+Each example plays a random program on 2-6 ranks with :class:`SyntheticJob`: collectives
+of the default group and of a subgroup, some issued by only part of their members or
+left stuck, send/recv pairs posted on both sides or on one only; some ranks leave no
+dump. Whatever the history:
+
+* if any rank has an unfinished op at dump time, or a rank left no dump, the verdict
+  is never ``healthy``;
+* the text report, the JSON, the Perfetto trace and the HTML report state the same
+  verdict, and the groups table never shows a rank waiting under a healthy verdict;
+* no finding names a rank both as a culprit and as waiting, and every rank it names
+  is one of the job's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commscope.analyze import analyze, format_report
+from commscope.analyze.export import html_report, perfetto_trace
+from commscope.analyze.synth import SyntheticJob
+
+
+@st.composite
+def histories(draw):
+    world = draw(st.integers(2, 6))
+    sub = draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=world, unique=True))
+    steps = []
+    for _ in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(["coll", "coll", "sub", "p2p"]))
+        if kind == "p2p":
+            src = draw(st.integers(0, world - 1))
+            dst = draw(st.integers(0, world - 1).filter(lambda d, s=src: d != s))
+            steps.append(("p2p", src, dst, draw(st.sampled_from(["both", "both", "send", "recv"]))))
+        else:
+            members = list(range(world)) if kind == "coll" else sorted(sub)
+            issuing = draw(st.one_of(st.just(members), st.lists(
+                st.sampled_from(members), min_size=1, max_size=len(members), unique=True)))
+            steps.append((kind, sorted(issuing), draw(st.booleans()) and draw(st.booleans()),
+                          draw(st.sampled_from(["all_reduce", "broadcast", "all_gather"]))))
+    dumped = draw(st.lists(st.integers(0, world - 1), min_size=1, max_size=world, unique=True))
+    return world, sorted(sub), steps, sorted(dumped)
+
+
+def _play(world, sub, steps):
+    job = SyntheticJob(world, backend="gloo")
+    g = job.group("1", "sub", sub)
+    for step in steps:
+        if step[0] == "p2p":
+            _, src, dst, post = step
+            job.p2p(src, dst, post=post)
+        else:
+            kind, issuing, stuck, op = step
+            job.collective(op, group="0" if kind == "coll" else g, ranks=issuing, stuck=stuck)
+    return job
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_unfinished_work_is_never_healthy_and_every_view_agrees(history):
+    world, sub, steps, dumped = history
+    job = _play(world, sub, steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        job.write(tmp, ranks=dumped)
+        dumps = {r: job.dump(r) for r in dumped}
+        unfinished = any(not e["retired"] for d in dumps.values() for e in d["entries"])
+        a = analyze(tmp)
+        story = [(f.kind, f.culprit_ranks, f.waiting_ranks, f.message) for f in a.findings]
+        if unfinished or len(dumped) < world:
+            assert a.verdict != "healthy", (steps, dumped, story)
+        text = format_report(a, tmp)
+        assert f"verdict: {a.verdict.upper()}" in text
+        assert json.loads(json.dumps(a.to_json()))["verdict"] == a.verdict
+        assert perfetto_trace(a)["otherData"]["verdict"] == a.verdict
+        page = html_report(a)
+        assert f"commscope analysis: {a.verdict}" in page
+        if a.verdict == "healthy":
+            table = text.split("groups:", 1)[-1]
+            assert " wait" not in table and "never came" not in table, text
+        for f in a.findings:
+            assert not set(f.culprit_ranks) & set(f.waiting_ranks), story
+            assert set(f.culprit_ranks) | set(f.waiting_ranks) <= set(range(world)), story
+        assert os.path.isdir(tmp)

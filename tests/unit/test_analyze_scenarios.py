@@ -1,0 +1,73 @@
+"""The scenario corpus: every folder of ``tests/data/scenarios`` is one real multi-process
+gloo job made by ``tests/data/make_scenarios.py``, with what the analyzer must find
+written beside the dumps (``scenario.json``) by the generator, from the fault it
+injected. Each is analyzed as recorded by commscope (``ours/``) and, where the job
+wrote them, by PyTorch's native recorder (``native/``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commscope.analyze import analyze
+from commscope.analyze.load import read_dump_file
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "scenarios"
+SCENARIOS = sorted(p.name for p in DATA.iterdir() if (p / "scenario.json").exists())
+
+
+def _meta(name: str) -> dict:
+    return json.loads((DATA / name / "scenario.json").read_text())
+
+
+def _check(result, expect: dict) -> None:
+    root = result.findings[0]
+    story = "\n".join(f"  [{f.kind}] {f.culprit_ranks} <- {f.waiting_ranks}: {f.message}"
+                      for f in result.findings)
+    assert result.verdict == expect["verdict"], story
+    assert root.kind == expect["kind"], story
+    if expect["verdict"] != "healthy":
+        assert sorted(root.culprit_ranks) == sorted(expect["culprits"]), story
+    assert set(expect["waiting"]) <= set(root.waiting_ranks), story
+    for text in expect["says"]:
+        assert text in root.message, (text, story)
+    blamed = sorted({r for f in result.findings if f.blocking for r in f.culprit_ranks})
+    want = expect["blamed"] if expect["blamed"] is not None else (
+        expect["culprits"] if any(f.blocking for f in result.findings) else blamed)
+    assert blamed == sorted(want), ("blamed", story)
+    for kind, culprits in expect["also"]:
+        assert any(f.kind == kind and sorted(f.culprit_ranks) == sorted(culprits)
+                   for f in result.findings), ((kind, culprits), story)
+
+
+def test_the_corpus_is_big_and_varied():
+    assert len(SCENARIOS) >= 30
+    worlds = {_meta(n)["world_size"] for n in SCENARIOS}
+    assert min(worlds) == 2 and max(worlds) == 8
+    verdicts = {_meta(n)["expect"]["verdict"] for n in SCENARIOS}
+    assert {"healthy", "hang", "crash", "desync"} <= verdicts
+    kinds = {_meta(n)["expect"]["kind"] for n in SCENARIOS}
+    assert {"p2p_unmatched", "p2p_deadlock", "crashed_rank", "missing_rank",
+            "cross_group_deadlock"} <= kinds
+    assert sum((DATA / n / "native").is_dir() for n in SCENARIOS) >= 20
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_ours(name):
+    meta = _meta(name)
+    _check(analyze(DATA / name / "ours"), meta["expect"])
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if (DATA / n / "native").is_dir()])
+def test_native(name):
+    meta = _meta(name)
+    result = analyze(DATA / name / "native", world_size=meta["world_size"])
+    if meta["native_expect"] is not None:
+        _check(result, meta["native_expect"])
+    unfinished = any(not e.get("retired") for d in result.load.dumps.values()
+                     for e in read_dump_file(d.path)["entries"])
+    if unfinished or result.missing:
+        assert result.verdict != "healthy", [f.message for f in result.findings]
