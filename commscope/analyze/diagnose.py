@@ -49,7 +49,7 @@ from __future__ import annotations
 import os
 
 from commscope.analyze.context import Context
-from commscope.analyze.match import GroupView
+from commscope.analyze.match import GroupView, P2PIssue
 from commscope.analyze.mismatch import mismatch_findings, pending_mismatch_ranks
 from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
 from commscope.analyze.skips import find_skip, skip_finding
@@ -165,6 +165,10 @@ def _now_text(ctx: Context, rank: int) -> str:
         return (f"{last} (a PyTorch-native dump carries no thread stacks, so where rank "
                 f"{rank} is now is unknown)")
     return last
+
+
+def _wait_verb(ranks: list[int]) -> str:
+    return "waits" if len(ranks) == 1 else "wait"
 
 
 def _wait_edges_to(graph: WaitGraph, targets: set[int]) -> list[Wait]:
@@ -425,6 +429,7 @@ def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], c
     partner = "recv" if link.op == "send" else "send"
     direction = "to" if link.op == "send" else "from"
     waiting = sorted((comp | reaching(comp, graph)) - set(broke))
+    others = [w for w in waiting if w != link.waiter]
     hops, _ = _cycle_hops(ctx, cycle)
     return Finding(
         kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
@@ -434,8 +439,8 @@ def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], c
                  f"matching {partner}: its own send/recv schedule repeats every step until "
                  f"there, then it skipped that op and went on, so the two now wait for each "
                  f"other: " + ", ".join(hops) + "."
-                 + (f" {ranks_phrase([w for w in waiting if w != link.waiter]).capitalize()} "
-                    "wait behind them." if len(waiting) > 1 else "")),
+                 + (f" {ranks_phrase(others).capitalize()} {_wait_verb(others)} behind them."
+                    if others else "")),
         details={**details, "cycle_root": True},
     )
 
@@ -483,7 +488,7 @@ def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding
             return _broken_pattern_finding(ctx, broke, cycle, comp, graph, details)
         ranks = sorted(comp)
         behind = sorted(reaching(comp, graph))
-        also = f"; {ranks_phrase(behind)} wait behind them" if behind else ""
+        also = f"; {ranks_phrase(behind)} {_wait_verb(behind)} behind them" if behind else ""
         return Finding(
             kind="p2p_deadlock", group=ctx.groups[first.group], collective_seq_id=None,
             op="send/recv", culprit_ranks=ranks, waiting_ranks=behind, blocking=True,
@@ -506,7 +511,7 @@ def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding
                      f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
                      f"matching {partner}: it went on and now waits itself, so the job "
                      f"deadlocks: " + ", ".join(hops) + f". {ranks_phrase(waiting).capitalize()} "
-                     "wait behind it."),
+                     f"{_wait_verb(waiting)} behind it."),
             details={**details, "cycle_root": True},
         )
     culprits, major = _deviants(ctx, comp, graph)
@@ -520,7 +525,7 @@ def _cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding
                 f"{ranks_phrase(culprits)} in another group, so they wait for each other: "
                 + ", ".join(hops) + ".")
     else:
-        also = f"; {ranks_phrase(behind)} wait behind them" if behind else ""
+        also = f"; {ranks_phrase(behind)} {_wait_verb(behind)} behind them" if behind else ""
         text = (f"{ranks_phrase(culprits).capitalize()} wait for each other across "
                 f"{plural(n_groups, 'group')}: " + ", ".join(hops) + f"{also}.")
     return Finding(
@@ -577,6 +582,7 @@ def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> l
 def _p2p_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
     findings = []
     seen: set[tuple[str, int, int]] = set()
+    lonely: dict[int, list[P2PIssue]] = {}
     for issue in ctx.p2p:
         op, r, q = issue.op, issue.rank, issue.peer
         if q is None or (issue.group, r, q) in seen:
@@ -602,20 +608,42 @@ def _p2p_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[F
         if op.status & _DONE or q not in ctx.load.dumps or q in explained or graph.stuck(q):
             continue
         seen.add((issue.group, r, q))
+        lonely.setdefault(q, []).append(issue)
+    for q, issues in sorted(lonely.items()):
+        findings.append(_unmatched_finding(ctx, graph, q, issues))
+    return findings
+
+
+def _unmatched_finding(ctx: Context, graph: WaitGraph, q: int,
+                       issues: list[P2PIssue]) -> Finding:
+    """One ``p2p_unmatched`` for a peer that never posted the partner of every op in
+    ``issues`` (one per waiting rank, oldest first)."""
+    issues = sorted(issues, key=lambda i: (i.op.created, i.rank))
+    waits = []
+    frames: dict[int, object] = {}
+    for issue in issues:
+        op, r = issue.op, issue.rank
+        sig = ctx.load.sigs.sigs[op.sig]
+        frame = ctx.frames.frame(r, op.index)
+        frames[r] = frame
         partner = "recv" if op.op == "send" else "send"
         direction = "to" if op.op == "send" else "from"
-        waiting = sorted(reaching({q}, graph))
-        behind = [x for x in waiting if x != r]
-        behind_text = f"; {ranks_phrase(behind)} wait behind" if behind else ""
-        findings.append(Finding(
-            kind="p2p_unmatched", group=g, collective_seq_id=None, op=op.op,
-            culprit_ranks=[q], waiting_ranks=waiting, blocking=True,
-            message=(f"Rank {r} waits in {op.op} {direction} rank {q} ({sig.sizes_text()}, p2p "
-                     f"#{op.p2p_seq} of {g.label()}, at {frame_text(frame)}) but rank {q} never "
-                     f"posted the matching {partner}{behind_text}; {_now_text(ctx, q)}."),
-            details={"frames": {q: ctx.last_activity(q)[1], r: frame}},
-        ))
-    return findings
+        waits.append(f"rank {r} waits in {op.op} {direction} rank {q} ({sig.sizes_text()}, p2p "
+                     f"#{op.p2p_seq} of {ctx.groups[issue.group].label()}, at "
+                     f"{frame_text(frame)}) for a {partner} rank {q} never posted")
+    direct = {i.rank for i in issues}
+    waiting = sorted(reaching({q}, graph) | direct)
+    behind = [x for x in waiting if x not in direct]
+    behind_text = f"; {ranks_phrase(behind)} {_wait_verb(behind)} behind them" if behind else ""
+    first = issues[0]
+    frames[q] = ctx.last_activity(q)[1]
+    text = "; ".join(waits)
+    return Finding(
+        kind="p2p_unmatched", group=ctx.groups[first.group], collective_seq_id=None,
+        op=first.op.op, culprit_ranks=[q], waiting_ranks=waiting, blocking=True,
+        message=(f"{text[0].upper()}{text[1:]}{behind_text}; {_now_text(ctx, q)}."),
+        details={"frames": frames},
+    )
 
 
 # ---------------------------------------------------------------------- coverage

@@ -44,6 +44,7 @@ from commscope.analyze.analysis import Analysis
 from commscope.analyze.frames import FrameSource
 from commscope.analyze.match import p2p_channels
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
+from commscope.analyze.report import p2p_stops
 from commscope.analyze.text import rank_list
 
 __all__ = [
@@ -372,6 +373,7 @@ def _group_table(a: Analysis) -> list[dict[str, Any]]:
             "frontier": (f"#{f.seq}: waiting {rank_list(f.waiting, 4)}, never came "
                          f"{rank_list(f.lack, 4)}" if f else ""),
             "nodump": rank_list(v.nodump, 6) if v.nodump else "",
+            "p2p": p2p_stops(a, key),
         })
     return rows
 

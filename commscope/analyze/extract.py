@@ -61,6 +61,8 @@ __all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FO
 COMMSCOPE_FORMAT_PREFIX = "commscope.flight/"
 _RANKS_TEXT = re.compile(r"^\[\s*(\d+\s*(?:,\s*\d+\s*)*)?\]$")
 _MAX_GAP = 64
+MAX_WORLD_SIZE = 1 << 22
+"""A ``world_size`` beyond this (4 194 304 ranks) is no real job's: ignored, not allocated."""
 _DONE = RETIRED | COMPLETED
 _P2P_OPS = ("send", "recv")
 
@@ -124,8 +126,8 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
                 setattr(dump, attr, value)
             else:
                 problems.append(f"{key} is {short(value)}, ignored")
-    if dump.world_size is not None and dump.world_size < 1:
-        problems.append(f"world_size is {dump.world_size}, ignored")
+    if dump.world_size is not None and not 1 <= dump.world_size <= MAX_WORLD_SIZE:
+        problems.append(f"world_size is {dump.world_size}, expected 1-{MAX_WORLD_SIZE}; ignored")
         dump.world_size = None
     _threads_and_exception(data, dump)
     config = data.get("pg_config")

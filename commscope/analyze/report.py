@@ -7,9 +7,10 @@ import textwrap
 from collections import Counter
 
 from commscope.analyze.analysis import Analysis
+from commscope.analyze.model import COMPLETED, RETIRED
 from commscope.analyze.text import rank_list
 
-__all__ = ["format_report", "VERDICT_WORDS"]
+__all__ = ["format_report", "p2p_stops", "VERDICT_WORDS"]
 
 VERDICT_WORDS = {
     "healthy": "HEALTHY: nothing is stuck and every rank agrees",
@@ -46,6 +47,22 @@ def _wrap(text: str, first: str, rest: str) -> list[str]:
     return textwrap.wrap(text, _WIDTH, initial_indent=first, subsequent_indent=rest) or [first]
 
 
+def p2p_stops(a: Analysis, group: str) -> str:
+    """``p2p: 1 send->2, 3 recv<-2 unfinished`` for a group's unfinished send/recv."""
+    parts = []
+    for r, d in sorted(a.load.dumps.items()):
+        for op in d.p2p:
+            if op.group == group and not op.status & (RETIRED | COMPLETED):
+                arrow = "->" if op.op == "send" else "<-"
+                peer = "?" if op.peer is None else str(op.peer)
+                parts.append(f"{r} {op.op}{arrow}{peer}")
+                break
+    if not parts:
+        return ""
+    shown = ", ".join(parts[:4]) + (f", +{len(parts) - 4}" if len(parts) > 4 else "")
+    return f"p2p: {shown} unfinished"
+
+
 def _group_rows(a: Analysis) -> list[str]:
     header = ("group", "desc", "ranks", "recorded", "compared", "mismatches", "stops at")
     rows = [header]
@@ -62,6 +79,9 @@ def _group_rows(a: Analysis) -> list[str]:
             stops.append(f"#{f.seq}: {waits}; {rank_list(f.lack, 4)} never came")
         if v.nodump:
             stops.append(f"no dump: {rank_list(v.nodump, 4)}")
+        p2p_waits = p2p_stops(a, key)
+        if p2p_waits:
+            stops.append(p2p_waits)
         stop = "; ".join(stops) or "-"
         n_mis = len(v.mismatches) + v.more_mismatches
         rows.append((g.display, g.desc or "-", rank_list(g.ranks, 3), recorded, str(v.checked),

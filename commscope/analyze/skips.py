@@ -144,7 +144,8 @@ def skip_finding(ctx: Context, skip: Skip, cycle: list[Wait], graph: WaitGraph) 
     what = f"{sig.op} #{seq} ({sig.sizes_text()})" if sig else f"collective #{seq}"
     ring = {w.waiter for w in cycle}
     held = sorted(reaching(ring, graph) | (ring - {culprit} - set(waiting)))
-    others = sorted({w.target for w in cycle if w.waiter == culprit})
+    others = sorted({w.target for w in graph.out.get(culprit, [])
+                     if w.group == inst.group and w.seq == inst.seq})
     held_text = f", so {ranks_phrase(held)} wait too" if held else ""
     activity, frame = ctx.last_activity(culprit)
     where = ctx.op_at(culprit, inst.group, inst.seq) if inst.seq is not None else inst.op

@@ -137,7 +137,7 @@
     table(app, "Groups", "groups", [
       ["name", "group"], ["desc", "desc"], ["ranks", "ranks"], ["membership", "membership from"],
       ["recorded", "recorded"], ["compared", "compared", true], ["mismatches", "mismatches", true],
-      ["frontier", "stops at"], ["nodump", "no dump"]
+      ["frontier", "stops at"], ["nodump", "no dump"], ["p2p", "send/recv unfinished"]
     ], data.groups, "no group recorded anything");
     timeline(app, data);
     table(app, "Files not used as they are", "unreadable", [["file", "file"], ["error", "why"]],
