@@ -178,9 +178,9 @@ class Dumper:
         self.owner: int | None = None
         """The thread writing a dump right now (``None`` when idle)."""
         self.exception: BaseException | None = None
-        """The first exception a dump was written for: every later dump of this process
-        keeps it (a rank that raised and is then stopped by torchrun's SIGTERM still
-        says why it went down)."""
+        """The uncaught exception a dump was written for: every later dump of this
+        process keeps it (a rank that raised and is then stopped by torchrun's SIGTERM
+        still says why it went down)."""
 
     def path(self, dump_format: str | None = None) -> str:
         """Where this rank's dump goes."""
@@ -190,9 +190,10 @@ class Dumper:
         )
 
     def dump(self, reason: str, path: str | None = None, dump_format: str | None = None,
-             exception: BaseException | None = None) -> str:
+             exception: BaseException | None = None, fatal: bool = False) -> str:
         """Write the dump now and return its absolute path (``exception``: what
-        triggered it, kept in the file)."""
+        triggered it, kept in the file; ``fatal``: it ends the process, so every later
+        dump keeps it too)."""
         cfg = self.rec.config
         fmt = dump_format or cfg.dump_format
         if path is None:
@@ -200,9 +201,10 @@ class Dumper:
         with self._lock:
             self.owner = threading.get_ident()
             try:
-                if exception is not None and self.exception is None:
+                if exception is not None and fatal and self.exception is None:
                     self.exception = exception
-                data = serialize(build_dump(self.rec, reason, exception=self.exception), fmt,
+                kept = exception or self.exception
+                data = serialize(build_dump(self.rec, reason, exception=kept), fmt,
                                  cfg.compress)
                 written = write_atomic(path, data)
                 self.last_path, self.last_reason = written, reason

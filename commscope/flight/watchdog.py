@@ -183,10 +183,11 @@ class Watchdog:
                 self._post_request("collective error")
         self._check_requests()
 
-    def _safe_dump(self, reason: str, exception: BaseException | None = None) -> str | None:
+    def _safe_dump(self, reason: str, exception: BaseException | None = None,
+                   fatal: bool = False) -> str | None:
         self._last_dump = time.monotonic()
         try:
-            path = self.dumper.dump(reason, exception=exception)
+            path = self.dumper.dump(reason, exception=exception, fatal=fatal)
             logger.warning("commscope flight: wrote %s (%s)", path, reason)
             return path
         except Exception as exc:
@@ -373,7 +374,7 @@ class Watchdog:
 
     def _excepthook(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not SystemExit or exc.code not in (0, None):
-            self._safe_dump("exception", exc)
+            self._safe_dump("exception", exc, fatal=True)
             self._post_request("exception")
         hook = self._prev_excepthook or sys.__excepthook__
         hook(exc_type, exc, tb)

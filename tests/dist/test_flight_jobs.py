@@ -521,3 +521,92 @@ def test_a_call_with_no_python_caller_is_recorded_and_recording_goes_on(tmp_path
     assert active, "the recorder stopped"
     assert entries[0] == ("gloo:all_reduce", 0)
     assert entries[1][0] == "gloo:all_reduce" and entries[1][1] > 0
+
+
+# --------------------------------------------------------------------------- where ranks are
+
+
+def _stalled_loader(rank: int, world_size: int, out_dir: str) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+
+    _init(rank, world_size, dump_prefix=os.path.join(out_dir, "rank_"), timeout_s=0.5,
+          poll_interval_s=0.1)
+    dist.all_reduce(torch.ones(2))
+    _exit_when_all_dumped(os.path.join(out_dir, "rank_"), world_size, 30)
+    if rank == 1:
+        _slow_loader()  # rank 0 waits in the all_reduce below; rank 1 is in no collective
+    try:
+        raise KeyError("batch 7")
+    except KeyError as exc:
+        if rank == 0:
+            path = flight.dump(os.path.join(out_dir, "exc_0"), reason="exception",
+                               exception=exc)
+            assert os.path.exists(path)
+    dist.all_reduce(torch.ones(2))
+    time.sleep(30)
+    return {}
+
+
+def _slow_loader() -> None:
+    time.sleep(30)  # the stalled data loader
+
+
+def test_dumps_say_where_every_thread_is_and_which_exception_triggered_them(tmp_path):
+    out = tmp_path / "dumps"
+    out.mkdir()
+    run_ranks(_stalled_loader, 2, tmp_path, str(out), init=False, check=False, timeout=40)
+    stalled = _load(str(out / "rank_1"))
+    threads = stalled["commscope_threads"]
+    main = next(t for t in threads if t["main"])
+    assert threads[0] is main and main["name"] == "MainThread"
+    top = main["frames"][0]
+    assert (top["name"], top["code"]) == ("_slow_loader",
+                                          "time.sleep(30)  # the stalled data loader")
+    assert all("commscope-" not in t["name"] for t in threads)
+    assert len(main["frames"]) <= 16  # bounded by max_frames
+    assert "commscope_exception" not in stalled
+    exc = _load(str(out / "exc_0"))["commscope_exception"]
+    assert exc["type"] == "KeyError" and exc["message"] == "'batch 7'"
+    assert exc["frames"][0]["name"] == "_stalled_loader"
+
+    from commscope.analyze import analyze
+
+    result = analyze(str(out), prefix="rank_")
+    root = result.findings[0]
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == ("missing_rank", [1], [0])
+    assert "rank 1 is alive and in no collective: at test_flight_jobs.py" in root.message
+    assert "in _slow_loader (time.sleep(30)" in root.message
+
+
+def test_a_signal_during_an_exception_dump_waits_for_that_dump(tmp_path):
+    import signal
+
+    from commscope.flight.watchdog import Watchdog
+
+    class _Dumper:
+        owner = None
+        calls: list = []
+
+        def dump(self, reason, exception=None, fatal=False):
+            self.owner = threading.get_ident()
+            os.kill(os.getpid(), signal.SIGUSR1)  # arrives while this thread is dumping
+            time.sleep(0.05)  # the Python handler runs here, inside the dump
+            self.calls.append(reason)
+            self.owner = None
+            return "path"
+
+    from types import SimpleNamespace
+
+    dog = Watchdog(SimpleNamespace(config=None), _Dumper())  # type: ignore[arg-type]
+    dog._prev_handlers[signal.SIGUSR1] = signal.SIG_IGN
+    previous = signal.signal(signal.SIGUSR1, dog._on_signal)
+    try:
+        dog._safe_dump("exception", ValueError("x"))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    # the exception dump finished first, then the signal was acted on (its own dump)
+    assert dog.dumper.calls == ["exception", "signal SIGUSR1"]
+    assert dog._deferred_signals == []

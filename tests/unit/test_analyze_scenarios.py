@@ -71,3 +71,23 @@ def test_native(name):
                      for e in read_dump_file(d.path)["entries"])
     if unfinished or result.missing:
         assert result.verdict != "healthy", [f.message for f in result.findings]
+
+
+def test_every_group_has_its_description_also_when_it_recorded_nothing():
+    result = analyze(DATA / "mesh3d_crash_raise" / "ours")
+    idle = [v.group for v in result.views.values() if v.max_hi == 0]
+    assert idle and all(g.desc == "mesh_pp" for g in idle)  # the pp axis saw no collective
+    assert all(v.group.desc for v in result.views.values())
+
+
+def test_a_chain_of_waits_is_listed_transitively():
+    # rank 0 waits in the default group for rank 1, which waits in pair_12 for rank 2
+    root = analyze(DATA / "chain_through_subgroup" / "ours").findings[0]
+    assert (root.culprit_ranks, root.waiting_ranks) == ([2], [0, 1])
+    assert "rank 2 is alive and in no collective" in root.message
+
+
+def test_native_dumps_say_they_cannot_tell_where_a_rank_is_now():
+    root = analyze(DATA / "stall_in_data_loader" / "native").findings[0]
+    assert root.culprit_ranks == [3]
+    assert "PyTorch-native dump carries no thread stacks" in root.message
