@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 
 from commscope.analyze.context import Context
+from commscope.analyze.frames import user_frame
 from commscope.analyze.match import GroupView, P2PIssue
 from commscope.analyze.mismatch import mismatch_findings, pending_mismatch_ranks
 from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
@@ -113,7 +114,7 @@ def _sort_key(f: Finding) -> tuple[object, ...]:
 
 def verdict(findings: list[Finding]) -> str:
     """``crash`` / ``hang`` / ``desync`` / ``incomplete`` / ``healthy`` (step 11)."""
-    if any(f.kind == "crashed_rank" for f in findings):
+    if any(f.kind == "crashed_rank" or f.details.get("killed") for f in findings):
         return "crash"
     if any(f.blocking for f in findings):
         return "hang"
@@ -273,12 +274,13 @@ def _crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> 
                 culprit_ranks=ranks, waiting_ranks=waiting, blocking=True,
                 message=(f"{who.capitalize()} left no dump (crashed, or its file was not "
                          "collected); no group in the other dumps shows where it stopped."
-                         + _victim_text(victims, ranks)),
+                         + _fatal_text(ctx, ranks) + _victim_text(victims, ranks)),
             ))
             continue
         view = ctx.views[key]
         seq = view.max_hi
         front = sorted(r for r, (_, hi) in view.spans.items() if hi == seq)
+        died = _fatal_text(ctx, ranks)
         sig = ctx.sig(front[0], key, seq) if front else None
         unfinished = [r for r in front if not _status(ctx, r, key, seq) & _DONE]
         state = (("still waits in it" if len(unfinished) == 1 else "still wait in it")
@@ -291,7 +293,7 @@ def _crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> 
             waiting_ranks=sorted(set(waiting) | set(front)), blocking=True,
             message=(f"{who.capitalize()} left no dump (crashed or unreachable, so its own stack "
                      f"is unknown) while {ranks_phrase(front)} reached {what} of "
-                     f"{view.group.label()} and {state}, at {where}."
+                     f"{view.group.label()} and {state}, at {where}.{died}"
                      + _victim_text(victims, ranks)),
         ))
     for r in sorted(x for x, why in reasons.items() if why != "nodump"):
@@ -341,6 +343,86 @@ def _crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> 
             details={"frames": {r: frame}},
         ))
     return findings
+
+
+def _fatal_frame(ctx: Context, rank: int) -> tuple[str, str, int] | None:
+    log = ctx.load.fatal.get(rank)
+    if log is None or not log.frames:
+        return None
+    return user_frame([{"name": n, "filename": f, "line": ln} for n, f, ln in log.frames])
+
+
+def _fatal_text(ctx: Context, ranks: list[int]) -> str:
+    """`` Rank 0 died in C (Fatal Python error: Aborted) at train.py:12 in step.``"""
+    parts = []
+    for r in ranks:
+        log = ctx.load.fatal.get(r)
+        if log is not None:
+            parts.append(f" Rank {r} died in native code ({log.error}) at "
+                         f"{frame_text(_fatal_frame(ctx, r))}, as its fatal log "
+                         f"{os.path.basename(log.path)} says.")
+    return "".join(parts)
+
+
+def _killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
+                        findings: list[Finding]) -> list[Finding]:
+    """Step 4b: ranks that aborted inside the very call a surviving rank still waits in.
+
+    gloo aborts a rank that receives a message of another size than it posted, so
+    those ranks are the victims of a size mismatch in that call, not its cause: the
+    survivors' own op is named (or the mismatch the survivors already disagree on)."""
+    dead_at: dict[tuple[str, int], list[int]] = {}
+    for r, why in reasons.items():
+        log = ctx.load.fatal.get(r)
+        frame = _fatal_frame(ctx, r)
+        if why == "nodump" and log is not None and "abort" in log.error.lower() and frame:
+            dead_at.setdefault((frame[1], frame[2]), []).append(r)
+    if not dead_at:
+        return findings
+    out = list(findings)
+    for r, d in sorted(ctx.load.dumps.items()):
+        # the survivor's newest record of each group (a root's broadcast may have
+        # finished sending before its receivers aborted)
+        lasts = [(group, t.hi, t.index[len(t) - 1]) for group, t in sorted(d.tracks.items())
+                 if len(t)]
+        for group, seq, index in lasts:
+            frame = ctx.frames.frame(r, index)
+            dead = dead_at.get((frame[1], frame[2])) if frame else None
+            g = ctx.groups.get(group)
+            if not dead or g is None or not set(dead) <= set(g.ranks):
+                continue
+            survivors = sorted(q for q in g.ranks if q in ctx.load.dumps
+                               and ctx.sig(q, group, seq) is not None)
+            for q in dead:
+                reasons.pop(q, None)
+            what = ctx.op_at(r, group, seq)
+            sig = ctx.sig(r, group, seq)
+            sizes = sig.sizes_text() if sig else "its sizes"
+            died = (f"{ranks_phrase(dead)} aborted (gloo aborts a rank that receives a "
+                    "message of another size than it posted), so "
+                    f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
+                    "mismatch in that call, not its cause; their own sizes died with them "
+                    f"({', '.join(os.path.basename(ctx.load.fatal[q].path) for q in dead)}).")
+            victims = died[0].upper() + died[1:]
+            known = next((f for f in out if f.blocking and f.group is not None
+                          and f.group.key == group and f.collective_seq_id == seq
+                          and f.kind in MISMATCH_KINDS), None)
+            if known is not None:
+                known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
+                known.message += " " + victims
+                known.details["killed"] = True
+                return out
+            waiting = sorted((reaching(set(survivors), graph) | set(dead)) - set(survivors))
+            out.append(Finding(
+                kind="size_mismatch", group=g, collective_seq_id=seq,
+                op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
+                blocking=True, details={"shape": "killed", "killed": True},
+                message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
+                         f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
+                         f"{died}"),
+            ))
+            return out
+    return out
 
 
 # ---------------------------------------------------------------------- cycles
@@ -789,6 +871,7 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     findings = mismatch_findings(ctx)
     graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load)
     reasons = _crash_reasons(ctx, graph)
+    findings = _killed_by_mismatch(ctx, graph, reasons, findings)
     findings += _crash_findings(ctx, graph, reasons)
     explained: set[int] = set(reasons)
     for cycle in find_cycles(graph):

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.analyze.extract import Declined, DumpError, extract_dump, finish_sigs
+from commscope.analyze.fatal import read_fatal_logs
 from commscope.analyze.model import LoadResult, RankDump, SigTable, Unreadable
 from commscope.analyze.records import reader_columns
 
@@ -207,8 +208,8 @@ def discover(
             rel = name if depth == 0 else (rel_dir / name).as_posix()
             rank = _rank_from_name(name, rel, prefix)
             if rank is _NO_MATCH:
-                if not name.startswith("."):
-                    ignored.append(full)
+                if not name.startswith(".") or name.endswith(".fatal"):
+                    ignored.append(full)  # a hidden .fatal is the recorder's fatal log
                 continue
             candidates.append((full, rank))  # type: ignore[arg-type]
     candidates.sort()
@@ -496,7 +497,9 @@ def load_dumps(
                   or u.rank in dumps else Unreadable(u.file, u.error, None)
                   for u in unreadable]
     unreadable.sort(key=lambda u: u.file)
-    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root)
+    fatal, ignored = read_fatal_logs(ignored)
+    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root,
+                      fatal=fatal)
 
 
 def _share_ranks(dump: RankDump, seen: dict[Any, Any]) -> None:

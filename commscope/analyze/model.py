@@ -25,6 +25,7 @@ __all__ = [
     "RankDump",
     "Unreadable",
     "LoadResult",
+    "FatalLog",
     "Group",
     "Finding",
 ]
@@ -218,6 +219,19 @@ class Unreadable:
     """The rank the file was (or would have been) for, when known."""
 
 
+@dataclass(frozen=True, slots=True)
+class FatalLog:
+    """What a rank's ``.fatal`` file (Python's faulthandler, armed by the recorder) says
+    about how it died without a dump."""
+
+    rank: int
+    path: str
+    error: str
+    """``Fatal Python error: Aborted``, ``Segmentation fault``, ..."""
+    frames: tuple[tuple[str, str, int], ...]
+    """The main thread's frames, innermost first: (function, file, line)."""
+
+
 @dataclass(slots=True)
 class LoadResult:
     """What loading a folder of dumps gave."""
@@ -227,6 +241,8 @@ class LoadResult:
     sigs: SigTable
     ignored: list[str] = field(default_factory=list)
     """Files that do not look like rank dumps at all (no rank number in the name)."""
+    fatal: dict[int, FatalLog] = field(default_factory=dict)
+    """Rank → its non-empty ``<prefix><rank>.fatal`` file (a rank that died in C)."""
     root: str = ""
 
 

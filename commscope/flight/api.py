@@ -10,6 +10,7 @@ import pickle
 import threading
 from typing import Any
 
+from commscope.flight import fatal
 from commscope.flight import install as _install
 from commscope.flight.config import FlightConfig, resolve_config
 from commscope.flight.dump import Dumper, build_dump
@@ -64,6 +65,7 @@ def _after_fork_in_child() -> None:
     SLOT.rec = None
     rec.active = False
     _install.uninstall()
+    fatal.disarm(in_child=True)
     dog = _state.watchdog
     _state.watchdog = None
     if dog is not None:
@@ -150,6 +152,9 @@ def enable(
             atexit.register(_stop_watchdog_at_exit)
             _exit_hook_installed = True
         dog.start()
+        rank = os.environ.get("RANK", "")
+        if cfg.dump_on_exception and rank.isdigit():
+            fatal.arm(cfg.dump_prefix, int(rank))
     return cfg
 
 
@@ -168,6 +173,7 @@ def disable() -> None:
             _state.watchdog = None
         if _state.recorder is not None:
             _state.recorder.active = False
+        fatal.disarm()
 
 
 def is_enabled() -> bool:

@@ -37,6 +37,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from commscope.flight import fatal
 from commscope.flight.dump import Dumper
 from commscope.flight.recorder import Recorder
 
@@ -317,6 +318,7 @@ class Watchdog:
         if callable(prev):
             prev(signum, frame)
         elif prev == signal.SIG_DFL and signum != signal.SIGUSR1:
+            fatal.disarm()  # leaving on a signal, not a fatal error: no empty fatal log
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -346,6 +348,7 @@ class Watchdog:
         time.sleep(_SIGNAL_DEDUP_S)
         if self._handler_ran.get(signum, -1e9) >= arrived:
             return
+        fatal.disarm()
         try:
             libc = ctypes.CDLL(None)
             libc.signal(ctypes.c_int(signum), ctypes.c_void_p(0))  # SIG_DFL

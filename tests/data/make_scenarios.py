@@ -205,6 +205,15 @@ def size_mismatch_abort(rank: int, world: int) -> None:
     hang()
 
 
+def size_mismatch_kills_peer(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    big = torch.ones(1 << 16) if rank == 1 else torch.ones(4)  # gloo aborts a receiver
+    dist.broadcast(big, 1)
+    hang()
+
+
 def dtype_mismatch(rank: int, world: int) -> None:
     t = torch.ones(4)
     dist.all_reduce(t)
@@ -602,6 +611,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              Expect("hang", "missing_rank", [2], waiting=[0, 1], says=["load_batch"])),
     Scenario("size_mismatch_abort", 4, size_mismatch_abort,
              Expect("hang", "size_mismatch", [1])),
+    Scenario("size_mismatch_kills_peer", 3, size_mismatch_kills_peer,
+             Expect("crash", "size_mismatch", [1], blamed=[1])),
     Scenario("dtype_mismatch", 3, dtype_mismatch, Expect("desync", "dtype_mismatch", [1]),
              Expect("desync", "dtype_mismatch", [1])),
     Scenario("op_mismatch", 3, op_mismatch, Expect("hang", "op_mismatch", [1]),
@@ -766,6 +777,9 @@ def launch(sc: Scenario, out: Path, scratch: Path) -> dict[int, int | None]:
     for d in ("ours", "native"):
         for tmp in (out / d).glob(".*.tmp"):
             tmp.unlink()
+        for empty in (out / d).glob(".*.fatal"):
+            if empty.stat().st_size == 0:
+                empty.unlink()  # armed, never written (the rank did not die in C)
     return {r: p.exitcode for r, p in procs.items()}
 
 
