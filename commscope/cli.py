@@ -352,6 +352,86 @@ def _run_run(args: argparse.Namespace) -> int:
     return run(argv)
 
 
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="see a running job's collectives live, and why it is stuck, without stopping it",
+        formatter_class=_formatter,
+        description="Attach to a running job whose ranks record with commscope (commscope "
+        "run, or flight.enable()) and publish progress every COMMSCOPE_WATCH_INTERVAL_S "
+        "(default 2 s) into the job's own store. Shows per-group progress and lag, the "
+        "slowest ranks and the live verdict of the same analysis as `commscope analyze`. "
+        "Leaving never touches the job.",
+        epilog="examples:\n"
+        "  commscope watch                         # reads commscope_traces/watch.json\n"
+        "  commscope watch --once --json           # one snapshot for scripts\n"
+        "  commscope watch --web                   # a local page, 127.0.0.1 only\n"
+        "  commscope watch --store node0:29500 --token TOKEN",
+    )
+    _address_options(p)
+    p.add_argument("--once", action="store_true", help="print one snapshot and leave")
+    p.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
+    p.add_argument("--web", action="store_true",
+                   help="serve the live view as a local web page (read-only, token in the URL)")
+    p.add_argument("--host", default="127.0.0.1", help="address the page binds to")
+    p.add_argument("--port", type=int, default=0, help="port of the page (0: any free one)")
+    p.add_argument("--stall-s", type=float, default=None, metavar="S",
+                   help="an op unfinished this long means stuck (default: 2 intervals)")
+    p.set_defaults(run=_run_watch)
+
+
+def _address_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", metavar="HOST:PORT",
+                   help="the job's store (torchrun's MASTER_ADDR:MASTER_PORT)")
+    p.add_argument("--token", default=None, help="the job's watch token (in its watch file)")
+    p.add_argument("--file", default=None, metavar="PATH",
+                   help="the watch file rank 0 writes (default commscope_traces/watch.json)")
+
+
+def _run_watch(args: argparse.Namespace) -> int:
+    from commscope.watch.command import resolve_address, run_watch
+    from commscope.watch.source import WatchError
+
+    if args.json and not args.once:
+        raise UsageError("--json prints one snapshot: add --once")
+    if args.stall_s is not None and args.stall_s <= 0:
+        raise UsageError(f"--stall-s must be > 0 seconds, got {args.stall_s}")
+    try:
+        address = resolve_address(args.store, args.token, args.file)
+    except WatchError as exc:
+        print(f"commscope watch: {exc}", file=sys.stderr)
+        return 1
+    return run_watch(address, once=args.once, as_json=args.json, web=args.web,
+                     host=args.host, port=args.port, stall_s=args.stall_s)
+
+
+def _add_dump(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "dump",
+        help="ask every rank of a running job for its flight-recorder dump, then analyze",
+        formatter_class=_formatter,
+        description="Asks every rank of a running job (through its store) to write its "
+        "dump now, waits for the files and prints `commscope analyze`'s report. The job "
+        "keeps running.",
+    )
+    _address_options(p)
+    p.add_argument("--wait-s", type=float, default=60.0, metavar="S",
+                   help="how long to wait for the files")
+    p.set_defaults(run=_run_dump)
+
+
+def _run_dump(args: argparse.Namespace) -> int:
+    from commscope.watch.command import resolve_address, run_dump
+    from commscope.watch.source import WatchError
+
+    try:
+        address = resolve_address(args.store, args.token, args.file)
+    except WatchError as exc:
+        print(f"commscope dump: {exc}", file=sys.stderr)
+        return 1
+    return run_dump(address, wait_s=args.wait_s)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -383,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_view(sub)
     _add_analyze(sub)
     _add_run(sub)
+    _add_watch(sub)
+    _add_dump(sub)
     return parser
 
 

@@ -74,8 +74,10 @@ class Analysis:
 
 
 def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
-                   straggler_ms: float = 50.0) -> Analysis:
-    """Steps 2-4 of :func:`analyze` on dumps that are already loaded."""
+                   straggler_ms: float = 50.0,
+                   in_memory: dict[str, list[Any]] | None = None) -> Analysis:
+    """Steps 2-4 of :func:`analyze` on dumps that are already loaded (``in_memory``:
+    path → records, for dumps that are not files)."""
     start = time.perf_counter()
     expected = expected_ranks(load, world_size)
     groups = build_groups(load, expected)
@@ -83,7 +85,7 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     views = align_all(load, groups)
     issues = match_p2p(load, groups)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
-                  frames=FrameSource(load))
+                  frames=FrameSource(load, in_memory))
     findings = diagnose(ctx, straggler_ms=straggler_ms)
     loaded = sorted(load.dumps)
     return Analysis(

@@ -78,11 +78,15 @@ class FrameSource:
     """Reads records back from the dump files (frames; completion times when they were
     not kept while loading), small cache."""
 
-    def __init__(self, load: LoadResult) -> None:
+    def __init__(self, load: LoadResult, in_memory: dict[str, list[Any]] | None = None) -> None:
         self._load = load
         self._cache: OrderedDict[str, list[Any]] = OrderedDict()
+        self._memory = in_memory or {}
+        """Records of dumps that are not files (``commscope watch``'s progress records)."""
 
     def _entries(self, path: str) -> list[Any]:
+        if path in self._memory:
+            return self._memory[path]
         if path in self._cache:
             self._cache.move_to_end(path)
             return self._cache[path]

@@ -498,6 +498,7 @@ def load_dumps(
                   for u in unreadable]
     unreadable.sort(key=lambda u: u.file)
     fatal, ignored = read_fatal_logs(ignored)
+    ignored = [p for p in ignored if os.path.basename(p) != "watch.json"]  # commscope watch's
     return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root,
                       fatal=fatal)
 

@@ -3,6 +3,7 @@
 >>> import commscope.flight as flight
 >>> flight.enable(timeout_s=60)            # before init_process_group
 >>> # ... training ...
+>>> flight.step(10)                         # optional: the step `commscope watch` shows
 >>> flight.dump()                           # './commscope_traces/rank_0' (absolute path)
 
 See ``docs/flight.md``; ``commscope run`` enables it for an unchanged script.
@@ -22,6 +23,7 @@ from commscope.flight.api import (
 )
 from commscope.flight.config import FlightConfig
 from commscope.flight.dump import FORMAT, SCHEMA_VERSION
+from commscope.flight.publish import set_step as step
 
 __all__ = [
     "FORMAT",
@@ -35,4 +37,5 @@ __all__ = [
     "enable",
     "is_enabled",
     "snapshot",
+    "step",
 ]

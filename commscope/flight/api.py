@@ -86,6 +86,7 @@ def enable(
     handle_signals: bool = True,
     dump_on_exception: bool = True,
     poll_interval_s: float = 0.5,
+    watch_interval_s: float | None = None,
 ) -> FlightConfig:
     """Start recording every collective of every process group created from now on.
 
@@ -110,6 +111,7 @@ def enable(
         handle_signals=handle_signals,
         dump_on_exception=dump_on_exception,
         poll_interval_s=poll_interval_s,
+        watch_interval_s=watch_interval_s,
     )
     if cfg.timing:
         # NCCL times its own works only with this set when a group is created; then

@@ -16,6 +16,7 @@ setting                                   environment (first one set wins)
 ``dump_on_timeout`` (default on)          ``TORCH_NCCL_DUMP_ON_TIMEOUT``
 ``dump_format`` (default ``pickle``)      ``COMMSCOPE_FR_DUMP_FORMAT`` (``pickle``/``json``)
 ``max_frames`` (default 16)               ``COMMSCOPE_FR_MAX_FRAMES``
+``watch_interval_s`` (default 2, 0 = off)  ``COMMSCOPE_WATCH_INTERVAL_S``
 ========================================  ==============================================
 """
 
@@ -30,6 +31,7 @@ __all__ = ["FlightConfig", "DEFAULT_BUFFER_SIZE", "DEFAULT_DUMP_PREFIX", "resolv
 DEFAULT_BUFFER_SIZE = 2000
 DEFAULT_DUMP_PREFIX = "./commscope_traces/rank_"
 DEFAULT_MAX_FRAMES = 16
+DEFAULT_WATCH_INTERVAL_S = 2.0
 DUMP_FORMATS = ("pickle", "json")
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -64,6 +66,8 @@ class FlightConfig:
     """Dump when an exception is not caught (main thread or any thread)."""
     poll_interval_s: float = 0.5
     """How often the watchdog looks at pending collectives and the store."""
+    watch_interval_s: float = DEFAULT_WATCH_INTERVAL_S
+    """How often the rank publishes its progress record for ``commscope watch`` (0: off)."""
 
 
 def _env_int(env: Mapping[str, str], *names: str) -> tuple[int | None, str | None]:
@@ -106,6 +110,7 @@ def resolve_config(
     handle_signals: bool = True,
     dump_on_exception: bool = True,
     poll_interval_s: float = 0.5,
+    watch_interval_s: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> FlightConfig:
     """Merge explicit arguments with the environment into a :class:`FlightConfig`.
@@ -153,6 +158,17 @@ def resolve_config(
         raise ValueError(f"max_frames must be >= 0, got {max_frames}")
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s}")
+    if watch_interval_s is None:
+        text = env.get("COMMSCOPE_WATCH_INTERVAL_S")
+        try:
+            watch_interval_s = float(text) if text else DEFAULT_WATCH_INTERVAL_S
+        except ValueError:
+            raise ValueError(
+                f"COMMSCOPE_WATCH_INTERVAL_S={text!r} is not a number of seconds (0 = off)"
+            ) from None
+    if watch_interval_s < 0:
+        raise ValueError(f"watch_interval_s must be >= 0 seconds (0 = off), got "
+                         f"{watch_interval_s}")
     return FlightConfig(
         buffer_size=buffer_size,
         dump_prefix=dump_prefix,
@@ -166,4 +182,5 @@ def resolve_config(
         handle_signals=handle_signals,
         dump_on_exception=dump_on_exception,
         poll_interval_s=poll_interval_s,
+        watch_interval_s=watch_interval_s,
     )

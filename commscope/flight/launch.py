@@ -9,11 +9,12 @@ works as usual, including ``-m MODULE`` to run a module instead of a script.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Sequence
 
-__all__ = ["torchrun_command", "run"]
+__all__ = ["torchrun_command", "run", "watch_env"]
 
 _USAGE = "usage: commscope run [torchrun options] SCRIPT [ARGS]"
 
@@ -62,7 +63,19 @@ def torchrun_command(argv: Sequence[str], python: str | None = None) -> list[str
     ]
 
 
+def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the job: a fresh watch token (unless one is set) and where
+    rank 0 writes the watch file (``<dump folder>/watch.json``)."""
+    out = dict(os.environ if env is None else env)
+    out.setdefault("COMMSCOPE_WATCH_TOKEN", secrets.token_urlsafe(18))
+    prefix = (out.get("TORCH_FR_DUMP_TEMP_FILE") or out.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+              or "./commscope_traces/rank_")
+    out.setdefault("COMMSCOPE_WATCH_FILE",
+                   os.path.join(os.path.dirname(os.path.abspath(prefix)), "watch.json"))
+    return out
+
+
 def run(argv: Sequence[str]) -> int:
     """Run torchrun for ``argv`` and return its exit code."""
     cmd = torchrun_command(argv)
-    return subprocess.call(cmd)
+    return subprocess.call(cmd, env=watch_env())

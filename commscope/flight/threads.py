@@ -27,7 +27,7 @@ import traceback
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["thread_stacks", "exception_record", "MAX_THREADS", "MAX_CODE_CHARS",
+__all__ = ["thread_stacks", "exception_record", "walk_stack", "MAX_THREADS", "MAX_CODE_CHARS",
            "MAX_MESSAGE_CHARS", "OWN_THREAD_PREFIX"]
 
 MAX_THREADS = 64
@@ -46,7 +46,8 @@ def _frame_dict(filename: str, line: int, name: str) -> dict[str, Any]:
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _walk(frame: FrameType | None, limit: int) -> list[dict[str, Any]]:
+def walk_stack(frame: FrameType | None, limit: int) -> list[dict[str, Any]]:
+    """``frame`` and its callers as frame dicts, innermost first, at most ``limit``."""
     # The dumping code itself (a signal handler or an API call on this thread) is not
     # where the program is: skip commscope.flight's frames at the top of the stack.
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == _OWN_DIR:
@@ -75,7 +76,7 @@ def thread_stacks(max_frames: int) -> list[dict[str, Any]]:
             "ident": ident,
             "main": ident == main,
             "daemon": bool(thread.daemon) if thread is not None else None,
-            "frames": _walk(frames[ident], max(1, max_frames)),
+            "frames": walk_stack(frames[ident], max(1, max_frames)),
         })
         if len(out) >= MAX_THREADS:
             break

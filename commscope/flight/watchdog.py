@@ -39,6 +39,7 @@ from typing import Any
 
 from commscope.flight import fatal
 from commscope.flight.dump import Dumper
+from commscope.flight.publish import Publisher
 from commscope.flight.recorder import Recorder
 
 __all__ = ["Watchdog", "REQUEST_COUNT_KEY", "request_key"]
@@ -96,6 +97,8 @@ class Watchdog:
         self._last_signal_dump: dict[int, tuple[float, threading.Event | None]] = {}
         self._handler_ran: dict[int, float] = {}
         self._deferred_signals: list[int] = []
+        interval = getattr(self.config, "watch_interval_s", 0)
+        self.publisher: Publisher | None = Publisher(rec, interval) if interval else None
         self._signal_lock = threading.Lock()
         self._prev_excepthook: Any = None
         self._prev_thread_excepthook: Any = None
@@ -183,6 +186,10 @@ class Watchdog:
                 self._safe_dump("collective error")
                 self._post_request("collective error")
         self._check_requests()
+        if self.publisher is not None:
+            self.publisher.tick()
+            if self.publisher.take_dump_request():
+                self._safe_dump("request from commscope dump")
 
     def _safe_dump(self, reason: str, exception: BaseException | None = None,
                    fatal: bool = False) -> str | None:

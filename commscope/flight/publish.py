@@ -1,0 +1,209 @@
+"""A recording rank's progress record for ``commscope watch``, published in the job's store.
+
+The watchdog thread calls :meth:`Publisher.tick` on every round; every
+``watch_interval_s`` it builds a small record (:mod:`commscope.watch.protocol`) and writes
+it with its own store client (a clone of the rendezvous TCPStore, never the one the main
+thread uses), so publishing never waits behind or in front of a collective. Building a
+record takes a snapshot of the ring (the ring's lock, a few microseconds) and formats
+the newest and the unfinished records; nothing else of the hot path changes.
+
+Rank 0 also writes the job's description and, when ``COMMSCOPE_WATCH_FILE`` is set (``commscope
+run`` sets it), a watch file with the store's address and the token, readable by the
+owner only, so ``commscope watch`` can attach.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from commscope.flight.entry import COMPLETED, entry_to_dict
+from commscope.flight.recorder import Recorder
+from commscope.flight.threads import walk_stack
+from commscope.watch import protocol
+
+__all__ = ["Publisher", "root_store", "store_address", "set_step", "TOKEN_ENV", "FILE_ENV"]
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "COMMSCOPE_WATCH_TOKEN"
+FILE_ENV = "COMMSCOPE_WATCH_FILE"
+_MAIN_FRAMES = 12
+_MAX_UNFINISHED = 32
+_step: dict[str, Any] = {"value": None}
+
+
+def set_step(step: int | None) -> None:
+    """Mark the training step this rank is in (shown by ``commscope watch``)."""
+    _step["value"] = None if step is None else int(step)
+
+
+def root_store(store: Any) -> Any:
+    """The store under every ``PrefixStore`` wrapper (the rendezvous TCPStore)."""
+    root = store
+    while hasattr(root, "underlying_store"):
+        root = root.underlying_store
+    return root
+
+
+def store_address(store: Any) -> str | None:
+    """``host:port`` of a TCPStore, else ``None``."""
+    root = root_store(store)
+    if type(root).__name__ != "TCPStore":
+        return None
+    try:
+        return f"{root.host}:{root.port}"
+    except Exception:
+        return None
+
+
+class Publisher:
+    """Publishes this rank's progress record every ``interval_s`` (see module doc)."""
+
+    def __init__(self, rec: Recorder, interval_s: float) -> None:
+        self.rec = rec
+        self.interval_s = interval_s
+        self.token = os.environ.get(TOKEN_ENV, "")
+        self.tid = protocol.token_id(self.token)
+        self._store: Any = None
+        self._store_source: Any = None
+        self._last = -1e9
+        self._count = 0
+        self._config_sig: Any = None
+        self._dumps_seen: int | None = None
+        self.dump_requested = False
+        self.errors = 0
+
+    def _client(self) -> Any:
+        source = self.rec.store
+        if source is None:
+            return None
+        if source is not self._store_source:
+            self._store_source = source
+            root = root_store(source)
+            try:
+                self._store = root.clone() if type(root).__name__ == "TCPStore" else root
+            except Exception:
+                self._store = root
+            self._announce()
+        return self._store
+
+    def _announce(self) -> None:
+        store = self._store
+        if self.rec.global_rank != 0 or store is None:
+            return
+        try:
+            store.add(protocol.JOBS_KEY, 1)
+            meta = {"world_size": self.rec.world_size, "interval_s": self.interval_s,
+                    "dump_prefix": os.path.abspath(self.rec.config.dump_prefix),
+                    "host": socket.gethostname(), "started_ns": time.time_ns()}
+            store.set(protocol.meta_key(self.tid), json.dumps(meta))
+        except Exception as exc:
+            logger.debug("commscope watch: could not announce the job: %r", exc)
+        self._write_file()
+
+    def _write_file(self) -> None:
+        address = store_address(self._store_source)
+        if address is None:
+            return  # a FileStore or HashStore: nothing another process could attach to
+        path = os.environ.get(FILE_ENV) or os.path.join(
+            os.path.dirname(os.path.abspath(self.rec.config.dump_prefix)), "watch.json")
+        data = {"store": address, "token": self.token, "world_size": self.rec.world_size,
+                "dump_prefix": os.path.abspath(self.rec.config.dump_prefix),
+                "pid": os.getpid(), "written_ns": time.time_ns()}
+        try:
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".commscope-watch-{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            logger.warning("commscope watch: could not write %s: %r", path, exc)
+
+    def tick(self, now: float | None = None) -> bool:
+        """Publish when due; return whether a record was written."""
+        now = time.monotonic() if now is None else now
+        if now - self._last < self.interval_s:
+            return False
+        self._last = now
+        store = self._client()
+        if store is None or self.rec.global_rank < 0:
+            return False
+        try:
+            self._publish_config(store)
+            store.set(protocol.rank_key(self.tid, self.rec.global_rank),
+                      protocol.encode(self.record()))
+            self._count += 1
+            self._look_for_dump_request(store)
+            return True
+        except Exception as exc:  # a store that went away: try again next time
+            self.errors += 1
+            if self.errors in (1, 10, 100):
+                logger.warning("commscope watch: could not publish (%d failures): %r",
+                               self.errors, exc)
+            return False
+
+    def _look_for_dump_request(self, store: Any) -> None:
+        key = protocol.dump_key(self.tid)
+        n = int(store.add(key, 0)) if store.check([key]) else 0
+        if self._dumps_seen is None:
+            self._dumps_seen = n  # requests made before this rank started are old news
+        elif n > self._dumps_seen:
+            self._dumps_seen = n
+            self.dump_requested = True
+
+    def take_dump_request(self) -> bool:
+        """Whether ``commscope dump`` asked for a dump since the last call."""
+        wanted, self.dump_requested = self.dump_requested, False
+        return wanted
+
+    def _publish_config(self, store: Any) -> None:
+        groups = list(self.rec.groups)
+        sig = tuple((g.name, g.pg_id) for g in groups)
+        if sig == self._config_sig:
+            return
+        config = {g.name: g.config() for g in groups}
+        store.set(protocol.config_key(self.tid, self.rec.global_rank), json.dumps(config))
+        self._config_sig = sig
+
+    def record(self) -> dict[str, Any]:
+        """The progress record of this rank now (see :mod:`commscope.watch.protocol`)."""
+        rec = self.rec
+        entries = rec.ring.snapshot()
+        newest = entries[-protocol.RECORD_ENTRIES:]
+        unfinished = [e for e in entries[:-protocol.RECORD_ENTRIES]
+                      if e.state != COMPLETED and not e.retired]
+        keep = unfinished[:_MAX_UNFINISHED] + newest
+        cache: dict[Any, Any] = {}
+        out_entries = []
+        for e in keep:
+            d = entry_to_dict(e, cache, True)
+            d["frames"] = d["frames"][:protocol.RECORD_FRAMES]
+            out_entries.append(d)
+        main = threading.main_thread().ident
+        frame = sys._current_frames().get(main) if main is not None else None
+        return {
+            "commscope_watch": protocol.VERSION,
+            "rank": rec.global_rank,
+            "world_size": rec.world_size,
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "dump_time_ns": time.time_ns(),
+            "published": self._count,
+            "interval_s": self.interval_s,
+            "pg_status": {str(g.pg_id): g.status() for g in rec.groups},
+            "progress": {g.name: [g.desc, g.last_enqueued, g.last_completed]
+                         for g in rec.groups},
+            "entries": out_entries,
+            "commscope_threads": [{"name": "MainThread", "main": True,
+                                   "frames": walk_stack(frame, _MAIN_FRAMES)}],
+            "commscope_step": _step["value"],
+        }

@@ -1,0 +1,1 @@
+"""`commscope watch`: a running job's collectives, live (see docs/watch.md)."""

@@ -1,0 +1,229 @@
+"""From one refresh of progress records to the live view: progress, lag and a verdict.
+
+The verdict comes from the same analysis as ``commscope analyze``: each progress record
+is a dump in miniature, loaded by the same extractor and diagnosed by the same wait-for
+graph. Only the loading differs.
+
+Algorithm (:func:`snapshot`):
+
+1. A rank whose newest record is older than ``silent_s`` (default: 3 intervals, at least
+   5 s) is *silent*: its process is gone or frozen (the publisher runs on the watchdog
+   thread, which keeps running while the main thread waits in a collective). Silent
+   and never-published ranks count as ranks without a dump.
+2. Each record becomes a :class:`~commscope.analyze.model.RankDump` through
+   :func:`commscope.analyze.extract.extract_dump`; records that do not parse are named.
+3. *Stuck*: some rank's oldest unfinished op is older than ``stall_s`` (default: 2
+   intervals, at least 1 s), or a rank is silent. Then the analysis runs and its
+   blocking findings are the verdict (``stuck 40 s: rank 3 in load_batch; ranks 0-2
+   wait in all_reduce #812 of group mesh_dp``). Remarks that only reflect a record's
+   short window (wrapped rings, stragglers) are left out.
+4. Otherwise the job runs; per group, a rank is *behind* when its record is at least as
+   new as the leader's yet it has enqueued fewer collectives (a sound lower bound: the
+   leader's count only grows), reported as ``rank 5 behind by 3 collectives on dp``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from commscope.analyze.analysis import analyze_loaded
+from commscope.analyze.extract import DumpError, extract_dump, finish_sigs
+from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
+from commscope.analyze.text import rank_list, ranks_phrase
+from commscope.watch import protocol
+from commscope.watch.source import Fetched
+
+__all__ = ["Thresholds", "snapshot", "FORMAT"]
+
+FORMAT = "commscope.watch/1"
+_HIDDEN_KINDS = ("truncated_history", "straggler", "healthy")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a wait counts as a stall and a record as silent."""
+
+    interval_s: float = 2.0
+    stall_s: float | None = None
+    silent_s: float | None = None
+
+    @property
+    def stall(self) -> float:
+        """Seconds an op may stay unfinished before the job counts as stuck."""
+        return self.stall_s if self.stall_s is not None else max(2 * self.interval_s, 1.0)
+
+    @property
+    def silent(self) -> float:
+        """Seconds without a new record before a rank counts as gone."""
+        return self.silent_s if self.silent_s is not None else max(3 * self.interval_s, 5.0)
+
+
+def _unfinished(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in rec.get("entries", []) if isinstance(e, dict)
+            and not e.get("retired") and e.get("state") != "completed"]
+
+
+def _where(entry: dict[str, Any]) -> str:
+    from commscope.analyze.frames import user_frame
+    from commscope.analyze.text import frame_text
+
+    return frame_text(user_frame(entry.get("frames")))
+
+
+def _op_text(entry: dict[str, Any]) -> str:
+    name = str(entry.get("profiling_name", "?")).partition(":")[2] or "?"
+    if entry.get("is_p2p"):
+        return f"{name.split()[0]} (p2p #{entry.get('p2p_seq_id')})"
+    return f"{name} #{entry.get('collective_seq_id')}"
+
+
+def _rank_rows(fetched: Fetched, now_ns: int, th: Thresholds) -> list[dict[str, Any]]:
+    rows = []
+    for r, rec in sorted(fetched.records.items()):
+        t = rec.get("dump_time_ns")
+        age = (now_ns - t) / 1e9 if isinstance(t, int) else None
+        pending = _unfinished(rec)
+        oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
+        main = (rec.get("commscope_threads") or [{}])[0]
+        from commscope.analyze.frames import user_place
+        from commscope.analyze.text import place_text
+
+        place = user_place(main.get("frames")) if isinstance(main, dict) else None
+        rows.append({
+            "rank": r,
+            "age_s": round(age, 2) if age is not None else None,
+            "silent": age is not None and age > th.silent,
+            "step": rec.get("commscope_step"),
+            "published": rec.get("published"),
+            "where_now": place_text(place) if place else None,
+            "oldest_unfinished": None if oldest is None else {
+                "op": _op_text(oldest),
+                "group": str((oldest.get("process_group") or ["?"])[0]),
+                "age_s": round((now_ns - (oldest.get("time_created_ns") or now_ns)) / 1e9, 2),
+                "where": _where(oldest),
+            },
+        })
+    return rows
+
+
+def _group_rows(fetched: Fetched) -> list[dict[str, Any]]:
+    per: dict[str, dict[int, tuple[int, int, int]]] = {}
+    descs: dict[str, str] = {}
+    for r, rec in fetched.records.items():
+        prog = rec.get("progress")
+        t = rec.get("dump_time_ns") or 0
+        if not isinstance(prog, dict):
+            continue
+        for name, item in prog.items():
+            if isinstance(item, list) and len(item) == 3 and all(type(x) is int for x in item[1:]):
+                descs[name] = str(item[0])
+                per.setdefault(name, {})[r] = (item[1], item[2], t)
+    rows = []
+    for name, ranks in sorted(per.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        leader = max(ranks, key=lambda r: (ranks[r][0], -ranks[r][2]))
+        lead_enq, _, lead_t = ranks[leader]
+        behind = {r: lead_enq - enq for r, (enq, _, t) in ranks.items()
+                  if enq < lead_enq and t >= lead_t}
+        rows.append({
+            "name": name, "desc": descs.get(name, ""), "ranks": rank_list(ranks, 6),
+            "enqueued_max": lead_enq,
+            "completed_min": min(c for _, c, _ in ranks.values()),
+            "lag": max(behind.values(), default=0),
+            "behind": {str(r): n for r, n in sorted(behind.items())},
+        })
+    return rows
+
+
+def _load(fetched: Fetched, silent: set[int]) -> tuple[LoadResult, dict[str, list[Any]]]:
+    table = SigTable()
+    dumps = {}
+    memory: dict[str, list[Any]] = {}
+    unreadable = [Unreadable(f"store: rank {r}", why, r) for r, why in fetched.bad]
+    for r, rec in sorted(fetched.records.items()):
+        if r in silent:
+            continue
+        path = f"store: rank {r}"
+        data = protocol.as_dump(rec, fetched.configs.get(r))
+        try:
+            d = extract_dump(data, path, r)
+        except DumpError as exc:
+            unreadable.append(Unreadable(path, str(exc), r))
+            continue
+        finish_sigs(d, table)
+        dumps[r] = d
+        memory[path] = data.get("entries", [])
+    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, root="store"), memory
+
+
+def _headline(f: Finding, stuck_s: float, rows: dict[int, dict[str, Any]]) -> str:
+    who = ranks_phrase(f.culprit_ranks) if f.culprit_ranks else "no single rank"
+    where = ""
+    if len(f.culprit_ranks) == 1:
+        row = rows.get(f.culprit_ranks[0])
+        if row and row["oldest_unfinished"] is None and row["where_now"]:
+            where = f" in {row['where_now']}"
+        elif row and row["oldest_unfinished"]:
+            where = f" waits in {row['oldest_unfinished']['op']}"
+        elif row is None or row.get("silent"):
+            where = " gone (no recent record)"
+    what = ""
+    if f.op and f.group is not None:
+        seq = f" #{f.collective_seq_id}" if f.collective_seq_id is not None else ""
+        what = f" in {f.op}{seq} of {f.group.ref()}"
+    waiting = f"; {ranks_phrase(f.waiting_ranks)} wait{what}" if f.waiting_ranks else ""
+    return f"stuck {stuck_s:.0f} s: [{f.kind}] {who}{where}{waiting}"
+
+
+def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
+             now_ns: int | None = None, store: str = "") -> dict[str, Any]:
+    """The live view of one refresh as a JSON-ready dict (see module doc)."""
+    th = thresholds or Thresholds()
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    rows = _rank_rows(fetched, now_ns, th)
+    by_rank = {row["rank"]: row for row in rows}
+    silent = {row["rank"] for row in rows if row["silent"]}
+    groups = _group_rows(fetched)
+    ages = [row["oldest_unfinished"]["age_s"] for row in rows
+            if row["oldest_unfinished"] and not row["silent"]]
+    stuck_s = max(ages, default=0.0)
+    world = len(rows) + len(fetched.missing)
+    out: dict[str, Any] = {
+        "format": FORMAT, "time_ns": now_ns, "store": store, "world_size": world,
+        "interval_s": th.interval_s, "stall_s": th.stall, "ranks": rows, "groups": groups,
+        "missing": fetched.missing, "silent": sorted(silent),
+        "bad_records": [{"rank": r, "why": why} for r, why in fetched.bad],
+        "findings": [], "stuck_s": None,
+    }
+    if not fetched.records:
+        out.update(state="waiting", headline="no rank has published yet")
+        return out
+    if stuck_s >= th.stall or (silent and ages):
+        load, memory = _load(fetched, silent)
+        analysis = analyze_loaded(load, world_size=world, in_memory=memory)
+        shown = [f for f in analysis.findings if f.blocking or f.kind == "crashed_rank"]
+        shown = [f for f in shown if f.kind not in _HIDDEN_KINDS]
+        out["findings"] = [f.to_json() for f in shown]
+        out["stuck_s"] = round(stuck_s, 1)
+        if shown:
+            out.update(state="stuck", headline=_headline(shown[0], stuck_s, by_rank))
+            return out
+        out.update(state="slow", headline=(
+            f"an op has been unfinished for {stuck_s:.0f} s, but every rank reached it: "
+            "the transport is slow or the op is large"))
+        return out
+    lagging = [(g["lag"], g["name"], g["desc"], g["behind"]) for g in groups if g["lag"] > 0]
+    if lagging:
+        lag, _, desc, behind = max(lagging)
+        worst = max(behind, key=lambda r: behind[r])
+        label = desc or "its group"
+        out.update(state="behind", headline=(
+            f"rank {worst} behind by {lag} collective{'s' if lag != 1 else ''} on {label}"))
+    else:
+        out.update(state="healthy", headline="healthy: every rank is moving")
+    if fetched.missing:
+        out["headline"] += f"; {ranks_phrase(fetched.missing)} not publishing yet"
+    if silent:
+        out["headline"] += f"; {ranks_phrase(sorted(silent))} silent"
+    return out

@@ -1,0 +1,241 @@
+"""Attach to a running job's store and fetch every rank's progress record.
+
+Algorithm (:class:`StoreSource`):
+
+1. The address comes from ``--store HOST:PORT`` (with ``--token``) or from the watch
+   file ``commscope run`` writes (``commscope_traces/watch.json``: address, token, world
+   size). A TCPStore *client* is opened (``is_master=False``, a short timeout): watching
+   never creates, changes or deletes anything the job uses.
+2. The token selects the key namespace (:func:`commscope.watch.protocol.token_id`). No
+   ``meta`` key under it: if some job publishes in this store (the ``jobs`` counter),
+   the token is wrong and the watcher is refused; otherwise nothing publishes here.
+3. One refresh fetches every rank's record in one round trip (``multi_get``). A
+   ``multi_get`` waits for keys that do not exist yet, so it runs only when
+   ``check(keys)`` says all exist; otherwise the ranks not there yet are found by
+   bisection with ``check`` (a few round trips) and the rest fetched.
+4. Groups (``config/<r>``) are fetched once, and again for a rank whose record shows a
+   group it did not have.
+5. A record that does not parse is named and skipped; a store that goes away raises
+   :class:`WatchError` with a sentence, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from commscope.watch import protocol
+
+__all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
+           "Fetched", "DEFAULT_WATCH_FILE"]
+
+DEFAULT_WATCH_FILE = os.path.join("commscope_traces", "watch.json")
+
+
+class WatchError(Exception):
+    """Watching cannot go on; the message says why in one sentence."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a job's store is and which token opens its records."""
+
+    host: str
+    port: int
+    token: str = ""
+    world_size: int | None = None
+    dump_prefix: str | None = None
+    source: str = ""
+    """Where the address came from (``--store`` or the watch file's path)."""
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_address(text: str, token: str = "") -> Address:
+    """``HOST:PORT`` → :class:`Address`; raises :class:`WatchError` for anything else."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise WatchError(f"--store must be HOST:PORT (e.g. 127.0.0.1:29500), got {text!r}")
+    return Address(host=host.strip("[]"), port=int(port), token=token, source="--store")
+
+
+def read_watch_file(path: str) -> Address:
+    """The address, token and world size a job's rank 0 wrote (see module doc)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise WatchError(
+            f"no watch file at {path}: start the job with `commscope run` (rank 0 writes it "
+            "when the recorder publishes), or give --store HOST:PORT") from None
+    except (OSError, ValueError) as exc:
+        raise WatchError(f"cannot read the watch file {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("store"), str):
+        raise WatchError(f"{path} is not a commscope watch file (no 'store' address)")
+    addr = parse_address(data["store"], str(data.get("token") or ""))
+    world = data.get("world_size")
+    prefix = data.get("dump_prefix")
+    return Address(host=addr.host, port=addr.port, token=addr.token,
+                   world_size=world if type(world) is int and world > 0 else None,
+                   dump_prefix=prefix if isinstance(prefix, str) else None, source=path)
+
+
+@dataclass
+class Fetched:
+    """One refresh: every rank's record that could be read."""
+
+    records: dict[int, dict[str, Any]]
+    configs: dict[int, dict[str, Any]]
+    missing: list[int]
+    """Ranks that never published."""
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    """(rank, why) for values that do not parse."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class StoreSource:
+    """Reads a job's progress records from its TCPStore (see module doc)."""
+
+    def __init__(self, address: Address, timeout_s: float = 5.0, store: Any = None) -> None:
+        self.address = address
+        self.tid = protocol.token_id(address.token)
+        self._timeout_s = timeout_s
+        self._store = store
+        self.meta: dict[str, Any] = {}
+        self.world_size: int | None = address.world_size
+        self._configs: dict[int, dict[str, Any]] = {}
+        self._config_groups: dict[int, set[str]] = {}
+
+    # ------------------------------------------------------------------ connecting
+
+    def connect(self) -> None:
+        """Open the client and check the token (steps 1-2)."""
+        if self._store is None:
+            try:
+                from torch.distributed import TCPStore
+            except ImportError as exc:  # pragma: no cover - torch is a dependency
+                raise WatchError(f"commscope watch needs torch.distributed ({exc})") from None
+            try:
+                self._store = TCPStore(self.address.host, self.address.port, is_master=False,
+                                       timeout=timedelta(seconds=self._timeout_s),
+                                       wait_for_workers=False)
+            except Exception as exc:
+                raise WatchError(f"cannot reach the job's store at {self.address}: "
+                                 f"{_short(exc)} (has the job ended?)") from None
+        meta_key = protocol.meta_key(self.tid)
+        if not self._exists([meta_key]):
+            if self._exists([protocol.JOBS_KEY]):
+                raise WatchError(f"refused: a commscope job publishes at {self.address}, but "
+                                 "not under this token (take the token from the job's "
+                                 "watch file)")
+            raise WatchError(f"no commscope job publishes at {self.address} yet (is the "
+                             "flight recorder on, with COMMSCOPE_WATCH_INTERVAL_S > 0?)")
+        try:
+            self.meta = json.loads(self._get(meta_key))
+        except (ValueError, TypeError):
+            self.meta = {}
+        world = self.meta.get("world_size") if isinstance(self.meta, dict) else None
+        if type(world) is int and world > 0:
+            self.world_size = world
+        if not self.world_size:
+            raise WatchError(f"the job at {self.address} does not say its world size")
+
+    # ------------------------------------------------------------------ store calls
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise WatchError(f"the job's store at {self.address} stopped answering ({what}: "
+                             f"{_short(exc)}); the job has probably ended") from None
+
+    def _exists(self, keys: list[str]) -> bool:
+        return bool(self._call("check", self._store.check, keys))
+
+    def _get(self, key: str) -> bytes:
+        return bytes(self._call("get", self._store.get, key))
+
+    def _multi_get(self, keys: list[str]) -> list[bytes]:
+        if not keys:
+            return []
+        if hasattr(self._store, "multi_get"):
+            return [bytes(v) for v in self._call("multi_get", self._store.multi_get, keys)]
+        return [self._get(k) for k in keys]
+
+    def _present(self, keys: list[str]) -> list[int]:
+        """Indices of ``keys`` that exist (step 3: bisection with ``check``)."""
+        out: list[int] = []
+        todo = [(0, len(keys))]
+        while todo:
+            a, b = todo.pop()
+            if a >= b:
+                continue
+            if self._exists(keys[a:b]):
+                out.extend(range(a, b))
+            elif b - a > 1:
+                mid = (a + b) // 2
+                todo += [(a, mid), (mid, b)]
+        return sorted(out)
+
+    # ------------------------------------------------------------------ refreshing
+
+    def fetch(self) -> Fetched:
+        """Every rank's newest record, and the groups (steps 3-5)."""
+        if self._store is None:
+            self.connect()
+        assert self.world_size is not None
+        ranks = list(range(self.world_size))
+        keys = [protocol.rank_key(self.tid, r) for r in ranks]
+        present = list(range(len(keys))) if self._exists(keys) else self._present(keys)
+        values = self._multi_get([keys[i] for i in present])
+        records: dict[int, dict[str, Any]] = {}
+        bad: list[tuple[int, str]] = []
+        for i, raw in zip(present, values):
+            try:
+                rec = protocol.decode(raw)
+            except protocol.RecordError as exc:
+                bad.append((ranks[i], str(exc)))
+                continue
+            if rec.get("rank") != ranks[i]:
+                bad.append((ranks[i], f"holds rank {rec.get('rank')!r}"))
+                continue
+            records[ranks[i]] = rec
+        self._refresh_configs(records)
+        missing = [r for r in ranks if r not in records and all(r != b for b, _ in bad)]
+        return Fetched(records=records, configs=dict(self._configs), missing=missing,
+                       bad=bad, meta=self.meta)
+
+    def _refresh_configs(self, records: dict[int, dict[str, Any]]) -> None:
+        stale = []
+        for r, rec in records.items():
+            groups = {str(e.get("process_group", ["?"])[0]) for e in rec.get("entries", [])
+                      if isinstance(e, dict) and isinstance(e.get("process_group"), list)}
+            if r not in self._configs or not groups <= self._config_groups.get(r, set()):
+                stale.append(r)
+        if not stale:
+            return
+        keys = [protocol.config_key(self.tid, r) for r in stale]
+        present = [stale[i] for i in self._present(keys)]
+        values = self._multi_get([protocol.config_key(self.tid, r) for r in present])
+        for r, raw in zip(present, values):
+            try:
+                config = json.loads(bytes(raw).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                continue
+            if isinstance(config, dict):
+                self._configs[r] = config
+                self._config_groups[r] = {str(k) for k in config}
+
+    def request_dump(self) -> int:
+        """Ask every rank to write its flight-recorder dump now (each rank sees it when
+        it next publishes); return the request's number."""
+        return int(self._call("add", self._store.add, protocol.dump_key(self.tid), 1))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
