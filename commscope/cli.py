@@ -399,6 +399,8 @@ def _run_watch(args: argparse.Namespace) -> int:
     try:
         address = resolve_address(args.store, args.token, args.file)
     except WatchError as exc:
+        if args.store:
+            raise UsageError(str(exc)) from None
         print(f"commscope watch: {exc}", file=sys.stderr)
         return 1
     return run_watch(address, once=args.once, as_json=args.json, web=args.web,
@@ -427,6 +429,8 @@ def _run_dump(args: argparse.Namespace) -> int:
     try:
         address = resolve_address(args.store, args.token, args.file)
     except WatchError as exc:
+        if args.store:
+            raise UsageError(str(exc)) from None
         print(f"commscope dump: {exc}", file=sys.stderr)
         return 1
     return run_dump(address, wait_s=args.wait_s)

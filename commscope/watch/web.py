@@ -43,7 +43,7 @@ def page_html() -> str:
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        "<title>commscope watch</title>\n"
+        "<link rel=\"icon\" href=\"data:,\"><title>commscope watch</title>\n"
         f"<style>\n{_asset('watch.css')}\n</style></head>\n<body><main id=\"app\">"
         "<p id=\"status\">connecting…</p></main>\n"
         f"<script>\n{_asset('watch.js')}\n</script>\n</body></html>\n"
@@ -76,7 +76,8 @@ class WatchServer:
                 self.send_header("X-Content-Type-Options", "nosniff")
                 self.send_header("Content-Security-Policy",
                                  "default-src 'self'; script-src 'unsafe-inline'; "
-                                 "style-src 'unsafe-inline'; connect-src 'self'")
+                                 "style-src 'unsafe-inline'; connect-src 'self'; "
+                                 "img-src data:")
                 self.end_headers()
                 self.wfile.write(body)
 

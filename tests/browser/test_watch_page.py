@@ -1,0 +1,63 @@
+"""``commscope watch --web`` in headless Chromium, on a real 4-rank gloo job: the page
+updates as the job trains, shows the culprit once rank 3 stalls, and refuses a wrong
+token."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from commscope.watch.command import SnapshotMaker, resolve_address
+from commscope.watch.source import StoreSource
+from commscope.watch.web import WatchServer
+from tests.jobs.launch import start
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+
+def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_path):
+    job = start(tmp_path / "job", interval_s=0.5)
+    server = None
+    try:
+        job.watch_info()
+        address = resolve_address(None, None, str(job.watch_file))
+        source = StoreSource(address)
+        source.connect()
+        server = WatchServer(SnapshotMaker(source), token=address.token, refresh_s=0.5)
+        server.start()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server.url.replace(address.token, "wrong"), timeout=10)
+        assert refused.value.code == 403
+        page.goto(server.url)
+        page.wait_for_selector("#groups td")
+        assert page.errors == []
+
+        def enqueued() -> int:
+            return int(page.query_selector_all("#groups td")[3].text_content())
+
+        before = enqueued()
+        deadline = time.monotonic() + 30
+        while enqueued() <= before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert enqueued() > before  # the page moves with the job
+        assert page.text_content("#verdict strong") in ("HEALTHY", "BEHIND")
+
+        job.stall_file.write_text("now")
+        deadline = time.monotonic() + 30  # (the page's CSP forbids eval: poll from here)
+        while page.text_content("#verdict strong") != "STUCK" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert page.text_content("#verdict strong") == "STUCK"
+        assert "rank 3" in page.text_content("#headline")
+        assert "load_batch" in page.text_content("#headline")
+        assert page.query_selector("#findings .kind").text_content() == "missing_rank"
+        culprit = page.query_selector("#ranks tr.culprit td")
+        assert culprit is not None and culprit.text_content() == "3"
+        assert page.get_attribute("#report-link", "href").startswith("/report?token=")
+        assert page.errors == []
+    finally:
+        if server is not None:
+            server.stop()
+        job.stop()

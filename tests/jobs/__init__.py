@@ -1,0 +1,1 @@
+"""Scripts the tests launch as real jobs (``commscope run``), and helpers to run them."""
