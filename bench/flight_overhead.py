@@ -21,6 +21,7 @@ training step.
     python bench/flight_overhead.py [--ranks 2] [--iters 2000] [--rounds 5] [--paired-jobs 12]
     python bench/flight_overhead.py --paired-only [--paired-jobs 30]  # the on/off figure alone
     python bench/flight_overhead.py --in-place   # where the recorder's time goes, per step
+    python bench/flight_overhead.py --watch-pairs 10   # commscope watch's publishing, on/off
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn, busy_u
     torch.set_num_threads(1)
     if mode in ("ours", "paired"):
         flight.enable(buffer_size=2000, watchdog=False, handle_signals=False)
+    elif mode in ("watch", "watchoff"):
+        # both with the watchdog thread; only "watch" publishes (default interval)
+        flight.enable(buffer_size=2000, handle_signals=False,
+                      watch_interval_s=WATCH_INTERVAL_S if mode == "watch" else 0)
     dist.init_process_group(
         "gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world
     )
@@ -121,6 +126,14 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn, busy_u
     _nested(depth, lambda: loop(iters))
     # The median op: bursts of other work on a shared machine hit single ops, not all.
     per_op_us = statistics.median(samples) / 1e3
+    if mode in ("watch", "watchoff"):
+        # publishing is a burst every interval: the mean op counts it, the median may not
+        published = _published()
+        dist.barrier()
+        conn.send(((per_op_us, statistics.fmean(samples) / 1e3, published), []))
+        conn.close()
+        dist.destroy_process_group()
+        os._exit(0)
     dump_ms = []
     if mode == "ours":
         for _ in range(2):
@@ -137,6 +150,61 @@ def _gloo_child(rank, world, mode, store_path, iters, depth, numel, conn, busy_u
     conn.close()
     dist.destroy_process_group()
     os._exit(0)
+
+
+WATCH_INTERVAL_S = 2.0
+"""commscope watch's default publishing interval (COMMSCOPE_WATCH_INTERVAL_S)."""
+
+
+def _published() -> tuple[int, float]:
+    from commscope.flight.api import _state
+
+    dog = _state.watchdog
+    pub = dog.publisher if dog is not None else None
+    return (pub._count, pub.busy_s) if pub is not None else (0, 0.0)
+
+
+def watch_pairs(args: argparse.Namespace) -> None:
+    """Pairs of fresh jobs, recorder on in both, publishing for `commscope watch` at the
+    default interval in one and off in the other, alternating which runs first."""
+    pairs = args.watch_pairs
+    mean_share, median_share, counts, busy = [], [], [], []
+    for i in range(pairs):
+        order = ("watchoff", "watch") if i % 2 == 0 else ("watch", "watchoff")
+        got = {}
+        for mode in order:
+            results = _gloo_job(_gloo_child, args.ranks, lambda rank, store, child, m=mode: (
+                rank, args.ranks, m, store, args.watch_iters, args.depth, args.numel, child))
+            got[mode] = [r[0] for r in results]
+        on_med = statistics.median(x[0] for x in got["watch"])
+        off_med = statistics.median(x[0] for x in got["watchoff"])
+        on_mean = statistics.fmean(x[1] for x in got["watch"])
+        off_mean = statistics.fmean(x[1] for x in got["watchoff"])
+        mean_share.append(on_mean / off_mean - 1)
+        median_share.append(on_med / off_med - 1)
+        counts.append(min(x[2][0] for x in got["watch"]))
+        busy.extend(x[2][1] / max(1, x[2][0]) for x in got["watch"])
+        print(f"  pair {i + 1}: mean op {off_mean:.1f} -> {on_mean:.1f} us "
+              f"({mean_share[-1]:+.2%}), median op {off_med:.1f} -> {on_med:.1f} us "
+              f"({median_share[-1]:+.2%}), {counts[-1]} records published per rank",
+              flush=True)
+    lo, hi = median_interval(mean_share)
+    mlo, mhi = median_interval(median_share)
+    print(
+        f"commscope watch publishing every {WATCH_INTERVAL_S:g} s vs off, recorder on in both, "
+        f"{pairs} pairs of fresh jobs (gloo {args.ranks} ranks, {args.watch_iters} all_reduces "
+        f"of {args.numel} floats, torch {torch.__version__}, {os.cpu_count()} CPUs):\n"
+        f"  mean op {statistics.median(mean_share):+.2%} (95% interval of the median "
+        f"{lo:+.2%} to {hi:+.2%}); median op {statistics.median(median_share):+.2%} "
+        f"({mlo:+.2%} to {mhi:+.2%}); records per rank per job: {min(counts)}-{max(counts)}\n"
+        f"  one publish (build, encode, store calls, FileStore here) takes "
+        f"{statistics.median(busy) * 1e3:.2f} ms of the watchdog thread: "
+        f"{statistics.median(busy) / WATCH_INTERVAL_S:.3%} of one core at the default interval"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"mean_share": mean_share, "median_share": median_share,
+                       "published": counts, "args": vars(args)}, fh)
 
 
 def _gloo_job(target, world: int, make_args) -> list[Any]:
@@ -314,7 +382,14 @@ def main() -> None:
                     help="only the same-job on/off figure, over --paired-jobs jobs (default 30)")
     ap.add_argument("--in-place", action="store_true",
                     help="only time the recorder's steps inside the gloo loop, then exit")
+    ap.add_argument("--watch-pairs", type=int, default=0,
+                    help="only: publishing for `commscope watch` on vs off, in N pairs of jobs")
+    ap.add_argument("--watch-iters", type=int, default=12000,
+                    help="all_reduces per job of --watch-pairs (several publishing intervals)")
     args = ap.parse_args()
+    if args.watch_pairs:
+        watch_pairs(args)
+        return
     if args.in_place:
         in_place(args.ranks, args.iters, args.depth, args.numel)
         return

@@ -125,6 +125,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         default=5.0,
         help="flight-recorder watchdog timeout in seconds (default: 5)",
     )
+    p.add_argument("--watch", action="store_true",
+                   help="also show commscope watch's live verdict as the job runs and stalls")
     p.set_defaults(run=_run_demo)
 
 
@@ -135,7 +137,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--ranks must be an even number >= 4, got {args.ranks}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    return run_demo(ranks=args.ranks, fault=args.fault, out=args.out, timeout_s=args.timeout)
+    return run_demo(ranks=args.ranks, fault=args.fault, out=args.out, timeout_s=args.timeout,
+                    watch=args.watch)
 
 
 # --------------------------------------------------------------------------- view

@@ -24,6 +24,7 @@ looks the same.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from array import array
 
@@ -120,13 +121,25 @@ def stale_dumps(ctx: Context, stale_s: float = 30.0) -> dict[int, int]:
     times = {r: d.dump_time_ns for r, d in ctx.load.dumps.items() if d.dump_time_ns}
     if len(times) < 3:
         return {}
+    ordered = sorted(times.values())
     out = {}
     for r, t in times.items():
-        others = [v for k, v in times.items() if k != r]
-        gap = statistics.median(others) - t
+        gap = _median_without(ordered, t) - t
         if gap > stale_s * 1e9:
             out[r] = int(gap)
     return out
+
+
+def _median_without(ordered: list[int], value: int) -> float:
+    """The median of ``ordered`` (sorted) with one copy of ``value`` left out, in
+    O(log n): thousands of ranks each compared with all the others stay linear."""
+    i = bisect.bisect_left(ordered, value)
+    m = len(ordered) - 1
+
+    def at(k: int) -> int:
+        return ordered[k] if k < i else ordered[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
 
 
 def stalled_findings(ctx: Context) -> list[Finding]:

@@ -161,6 +161,11 @@ class LocalJob:
                     continue
                 yield Message(rank, kind, payload)
 
+    @property
+    def store_path(self) -> str:
+        """The job's FileStore (``commscope watch`` reads the ranks' records there)."""
+        return self._store
+
     def alive(self) -> list[int]:
         """Ranks whose process is still running."""
         return [r for r, p in enumerate(self._procs) if p.is_alive()]

@@ -25,9 +25,55 @@ from commscope.demo.story import enable_recorder, story
 
 __all__ = ["run_demo"]
 
+_WATCH_INTERVAL_S = 0.5
+
+
+class _Watcher:
+    """``commscope watch`` inside the demo: reads the ranks' progress records from the
+    job's store and prints a line whenever the live verdict changes."""
+
+    def __init__(self, store_path: str, con: Console, interval_s: float) -> None:
+        import torch.distributed as dist
+
+        from commscope.watch.command import SnapshotMaker
+        from commscope.watch.source import Address, StoreSource
+
+        self.con = con
+        self.interval_s = interval_s
+        self._source = StoreSource(Address("local", 0, ""), store=dist.FileStore(store_path, -1))
+        self._make = SnapshotMaker(self._source, interval_s=interval_s)
+        self._next = 0.0
+        self._shown = ""
+        self.stuck_at: float | None = None
+        self.headline = ""
+
+    def poll(self, fault_at: float | None) -> None:
+        from commscope.watch.source import WatchError
+
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.interval_s
+        try:
+            if self._source.world_size is None:
+                self._source.connect()
+            snap = self._make()
+        except WatchError:
+            return  # not publishing yet
+        line = f"{snap['state'].upper()}: {snap['headline']}"
+        if snap["state"] == "stuck" and self.stuck_at is None:
+            self.stuck_at, self.headline = now, snap["headline"]
+            after = f" ({now - fault_at:.1f} s after the fault)" if fault_at else ""
+            line += after
+        if snap["state"] != self._shown:
+            self._shown = snap["state"]
+            self.con.end_progress()
+            self.con.line(f"  [commscope watch] {line}")
+
 
 def _wait_for_job(
-    job: LocalJob, con: Console, traces: Path, world: int, timeout_s: float, budget_s: float
+    job: LocalJob, con: Console, traces: Path, world: int, timeout_s: float, budget_s: float,
+    watcher: _Watcher | None = None,
 ) -> dict[str, Any]:
     """Print rank messages as they come; once the job hangs, wait for every rank's dump."""
     state: dict[str, Any] = {"results": {}, "errors": {}, "died": {}, "fault_at": None}
@@ -46,6 +92,8 @@ def _wait_for_job(
         held.clear()
 
     for msg in job.messages(timeout=budget_s):
+        if watcher is not None and state.get("mesh"):
+            watcher.poll(state["fault_at"])
         if msg.kind == "mesh":
             state.setdefault("mesh", {})[msg.rank] = msg.payload
             if len(state["mesh"]) == world:
@@ -144,8 +192,12 @@ def run_demo(
     out: str | os.PathLike[str] = "commscope_demo",
     timeout_s: float = 5.0,
     stream: Any = None,
+    watch: bool = False,
 ) -> int:
-    """Run the demo; return 0 when the analysis names the injected fault, else 1."""
+    """Run the demo; return 0 when the analysis names the injected fault, else 1.
+
+    ``watch``: the ranks publish progress every 0.5 s and the demo prints the live
+    ``commscope watch`` verdict as the job runs and stalls."""
     from commscope.analyze import analyze, format_report, write_html, write_json, write_perfetto
 
     if fault not in FAULTS:
@@ -172,10 +224,16 @@ def run_demo(
         out_dir,
         fault,
         str(out_dir),
-        setup=enable_recorder(str(traces), timeout_s),
+        setup=enable_recorder(str(traces), timeout_s, _WATCH_INTERVAL_S if watch else None),
         pg_timeout_s=60.0,
     ) as job:
-        state = _wait_for_job(job, con, traces, ranks, timeout_s, budget_s=90.0)
+        watcher = _Watcher(job.store_path, con, _WATCH_INTERVAL_S) if watch else None
+        state = _wait_for_job(job, con, traces, ranks, timeout_s, budget_s=90.0,
+                              watcher=watcher)
+        if watcher is not None and watcher.stuck_at is not None and state["fault_at"]:
+            con.line(f"  [commscope watch] named the stall "
+                     f"{watcher.stuck_at - state['fault_at']:.1f} s after the fault, before "
+                     f"the recorder's {timeout_s:g} s timeout fired")
         if fault in ("missing", "order") or job.alive():
             con.line("  every rank has dumped: stopping the job")
     if not state.get("mesh") or len(state["mesh"]) < ranks:

@@ -33,14 +33,17 @@ from commscope.demo.launch import RankContext
 __all__ = ["MLPModule", "enable_recorder", "story"]
 
 
-def enable_recorder(traces: str, timeout_s: float) -> Any:
+def enable_recorder(traces: str, timeout_s: float, watch_interval_s: float | None = None
+                    ) -> Any:
     """A ``setup`` for :class:`~commscope.demo.launch.LocalJob`: the recorder on, before
-    ``init_process_group``, dumping to ``<traces>/rank_<N>``."""
+    ``init_process_group``, dumping to ``<traces>/rank_<N>`` (and publishing progress
+    for ``commscope watch`` every ``watch_interval_s``)."""
 
     def setup(rank: int, world: int) -> None:
         import commscope.flight as flight
 
-        flight.enable(dump_prefix=os.path.join(traces, "rank_"), timeout_s=timeout_s)
+        flight.enable(dump_prefix=os.path.join(traces, "rank_"), timeout_s=timeout_s,
+                      watch_interval_s=watch_interval_s)
 
     return setup
 

@@ -149,7 +149,8 @@ def line_of(code: CodeType, offset: int) -> int | None:
     return None
 
 
-def _frames(raw: Sequence[Any], cache: FrameCache) -> list[dict[str, Any]]:
+def frame_dicts(raw: Sequence[Any], cache: FrameCache) -> list[dict[str, Any]]:
+    """Frame dicts of a raw ``[code, offset, ...]`` stack (one dict per distinct frame)."""
     out = []
     for i in range(0, len(raw) - 1, 2):
         key = (raw[i], raw[i + 1])
@@ -178,7 +179,7 @@ def entry_to_dict(
     """
     cache: FrameCache = {} if frame_cache is None else frame_cache
     out: dict[str, Any] = {
-        "frames": _frames(entry.frames, cache) if include_stack else [],
+        "frames": frame_dicts(entry.frames, cache) if include_stack else [],
         "record_id": entry.record_id,
         "pg_id": entry.pg_id,
         "process_group": (entry.pg_name, entry.pg_desc),

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from commscope.flight.entry import COMPLETED, entry_to_dict
+from commscope.flight.entry import COMPLETED, frame_dicts
 from commscope.flight.recorder import Recorder
 from commscope.flight.threads import walk_stack
 from commscope.watch import protocol
@@ -79,6 +79,10 @@ class Publisher:
         self._dumps_seen: int | None = None
         self.dump_requested = False
         self.errors = 0
+        self.busy_s = 0.0
+        self._version = 0
+        self._last_content = b""
+        """Wall time spent publishing so far (building, encoding, the store calls)."""
 
     def _client(self) -> Any:
         source = self.rec.store
@@ -138,11 +142,19 @@ class Publisher:
         if store is None or self.rec.global_rank < 0:
             return False
         try:
+            start = time.perf_counter()
+            rank = self.rec.global_rank
             self._publish_config(store)
-            store.set(protocol.rank_key(self.tid, self.rec.global_rank),
-                      protocol.encode(self.record()))
+            content = protocol.encode(self.record())
+            if content != self._last_content:
+                self._version += 1
+                store.set(protocol.rank_key(self.tid, rank), content)
+                self._last_content = content
             self._count += 1
+            store.set(protocol.beat_key(self.tid, rank),
+                      protocol.encode_beat(self._count, self._version, time.time_ns()))
             self._look_for_dump_request(store)
+            self.busy_s += time.perf_counter() - start
             return True
         except Exception as exc:  # a store that went away: try again next time
             self.errors += 1
@@ -171,23 +183,56 @@ class Publisher:
         if sig == self._config_sig:
             return
         config = {g.name: g.config() for g in groups}
+        for g in groups:
+            if g.pg_id == 0 and len(config[g.name].get("ranks", "")) > 64:
+                # the default group is the whole world (the analyzer knows): not 24 KB a
+                # rank at 4 096 ranks
+                config[g.name] = {**config[g.name], "ranks": "[]"}
         store.set(protocol.config_key(self.tid, self.rec.global_rank), json.dumps(config))
         self._config_sig = sig
 
     def record(self) -> dict[str, Any]:
-        """The progress record of this rank now (see :mod:`commscope.watch.protocol`)."""
+        """The progress record of this rank now (see :mod:`commscope.watch.protocol`);
+        nothing in it changes while the rank stands still (no clock, no counter)."""
         rec = self.rec
         entries = rec.ring.snapshot()
-        newest = entries[-protocol.RECORD_ENTRIES:]
-        unfinished = [e for e in entries[:-protocol.RECORD_ENTRIES]
-                      if e.state != COMPLETED and not e.retired]
-        keep = unfinished[:_MAX_UNFINISHED] + newest
+        n = len(entries)
+        chosen = set(range(max(0, n - protocol.RECORD_ENTRIES), n))
+        unfinished = [i for i in range(n) if not entries[i].retired
+                      and entries[i].state != COMPLETED]
+        chosen.update(unfinished[:_MAX_UNFINISHED])
+        # the newest record of every group (its frontier), found from the end
+        seen: set[tuple[str, bool]] = set()
+        wanted = len(rec.groups) * 2
+        for i in range(n - 1, -1, -1):
+            key = (entries[i].pg_name, entries[i].is_p2p)
+            if key not in seen:
+                seen.add(key)
+                chosen.add(i)
+                if len(seen) >= wanted:
+                    break
+        keep = [entries[i] for i in sorted(chosen)]
         cache: dict[Any, Any] = {}
+        table: list[dict[str, Any]] = []
+        index: dict[int, int] = {}
         out_entries = []
         for e in keep:
-            d = entry_to_dict(e, cache, True)
-            d["frames"] = d["frames"][:protocol.RECORD_FRAMES]
-            out_entries.append(d)
+            refs = []
+            for frame in frame_dicts(e.frames[:2 * protocol.RECORD_FRAMES], cache):
+                at = index.get(id(frame))
+                if at is None:
+                    at = index[id(frame)] = len(table)
+                    table.append(frame)
+                refs.append(at)
+            ins = [[int(d) for d in sz] for sz in e.input_sizes]
+            outs = [[int(d) for d in sz] for sz in e.output_sizes]
+            in_dt, out_dt = list(e.input_dtypes), list(e.output_dtypes)
+            out_entries.append([
+                e.record_id, e.pg_id, e.pg_name, e.pg_desc, e.collective_seq_id,
+                e.p2p_seq_id, e.profiling_name, e.time_created_ns, ins, in_dt,
+                None if outs == ins else outs, None if out_dt == in_dt else out_dt,
+                e.state, e.retired, e.is_p2p, e.peer, e.failed, refs,
+            ])
         main = threading.main_thread().ident
         frame = sys._current_frames().get(main) if main is not None else None
         return {
@@ -196,13 +241,11 @@ class Publisher:
             "world_size": rec.world_size,
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
-            "dump_time_ns": time.time_ns(),
-            "published": self._count,
             "interval_s": self.interval_s,
-            "pg_status": {str(g.pg_id): g.status() for g in rec.groups},
             "progress": {g.name: [g.desc, g.last_enqueued, g.last_completed]
                          for g in rec.groups},
             "entries": out_entries,
+            "frame_table": table,
             "commscope_threads": [{"name": "MainThread", "main": True,
                                    "frames": walk_stack(frame, _MAIN_FRAMES)}],
             "commscope_step": _step["value"],

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from commscope.watch.live import Thresholds, snapshot
+from commscope.watch.live import LiveCache, Thresholds, snapshot
 from commscope.watch.source import (
     DEFAULT_WATCH_FILE,
     Address,
@@ -48,13 +48,14 @@ class SnapshotMaker:
         self.source = source
         self.stall_s = stall_s
         self.interval_s = interval_s
+        self.cache = LiveCache()
 
     def __call__(self) -> dict[str, Any]:
         """One snapshot now (raises :class:`WatchError` when the store is gone)."""
         fetched = self.source.fetch()
         interval = self.interval_s or float(fetched.meta.get("interval_s") or 2.0)
         snap = snapshot(fetched, thresholds=Thresholds(interval, self.stall_s),
-                        store=str(self.source.address))
+                        store=str(self.source.address), cache=self.cache)
         snap["dump_prefix"] = fetched.meta.get("dump_prefix")
         return snap
 

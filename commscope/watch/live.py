@@ -35,7 +35,7 @@ from commscope.analyze.text import rank_list, ranks_phrase
 from commscope.watch import protocol
 from commscope.watch.source import Fetched
 
-__all__ = ["Thresholds", "snapshot", "FORMAT"]
+__all__ = ["Thresholds", "LiveCache", "snapshot", "FORMAT"]
 
 FORMAT = "commscope.watch/1"
 _HIDDEN_KINDS = ("truncated_history", "straggler", "healthy")
@@ -79,11 +79,14 @@ def _op_text(entry: dict[str, Any]) -> str:
     return f"{name} #{entry.get('collective_seq_id')}"
 
 
-def _rank_rows(fetched: Fetched, now_ns: int, th: Thresholds) -> list[dict[str, Any]]:
+def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
+               th: Thresholds) -> list[dict[str, Any]]:
     rows = []
-    for r, rec in sorted(fetched.records.items()):
-        t = rec.get("dump_time_ns")
+    for r, rec in sorted(dumps.items()):
+        beat = fetched.beats.get(r)
+        t = beat.time_ns if beat else rec.get("dump_time_ns")
         age = (now_ns - t) / 1e9 if isinstance(t, int) else None
+        quiet = beat.quiet_s if beat else 0.0
         pending = _unfinished(rec)
         oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
         main = (rec.get("commscope_threads") or [{}])[0]
@@ -94,9 +97,10 @@ def _rank_rows(fetched: Fetched, now_ns: int, th: Thresholds) -> list[dict[str, 
         rows.append({
             "rank": r,
             "age_s": round(age, 2) if age is not None else None,
-            "silent": age is not None and age > th.silent,
+            "silent": quiet > th.silent or (quiet == 0.0 and age is not None
+                                            and age > th.silent),
             "step": rec.get("commscope_step"),
-            "published": rec.get("published"),
+            "published": beat.beats if beat else None,
             "where_now": place_text(place) if place else None,
             "oldest_unfinished": None if oldest is None else {
                 "op": _op_text(oldest),
@@ -113,7 +117,8 @@ def _group_rows(fetched: Fetched) -> list[dict[str, Any]]:
     descs: dict[str, str] = {}
     for r, rec in fetched.records.items():
         prog = rec.get("progress")
-        t = rec.get("dump_time_ns") or 0
+        beat = fetched.beats.get(r)
+        t = beat.time_ns if beat else (rec.get("dump_time_ns") or 0)
         if not isinstance(prog, dict):
             continue
         for name, item in prog.items():
@@ -136,25 +141,64 @@ def _group_rows(fetched: Fetched) -> list[dict[str, Any]]:
     return rows
 
 
-def _load(fetched: Fetched, silent: set[int]) -> tuple[LoadResult, dict[str, list[Any]]]:
-    table = SigTable()
+class LiveCache:
+    """What one watch keeps between refreshes: each rank's record as a dump and as a
+    loaded :class:`~commscope.analyze.model.RankDump`, by record version, and one
+    signature table for all of them. A stuck job's records do not change, so a refresh
+    re-reads only the ranks that moved."""
+
+    def __init__(self) -> None:
+        self.table = SigTable()
+        self.dumps: dict[int, tuple[int, dict[str, Any]]] = {}
+        self.loaded: dict[int, tuple[int, Any]] = {}
+
+    def as_dump(self, fetched: Fetched, r: int) -> dict[str, Any]:
+        """Rank ``r``'s record expanded into the dump schema (cached by version)."""
+        version = _version(fetched, r)
+        hit = self.dumps.get(r)
+        if hit is None or hit[0] != version or version < 0 or r in fetched.changed:
+            hit = (version, protocol.as_dump(fetched.records[r], fetched.configs.get(r)))
+            self.dumps[r] = hit
+            self.loaded.pop(r, None)
+        return hit[1]
+
+    def load(self, fetched: Fetched, r: int, data: dict[str, Any]) -> Any:
+        """Rank ``r``'s RankDump (raises DumpError); cached by version."""
+        version = _version(fetched, r)
+        hit = self.loaded.get(r)
+        if hit is None or hit[0] != version or version < 0:
+            d = extract_dump(data, f"store: rank {r}", r)
+            finish_sigs(d, self.table)
+            hit = (version, d)
+            self.loaded[r] = hit
+        beat = fetched.beats.get(r)
+        if beat is not None:
+            hit[1].dump_time_ns = beat.time_ns
+        return hit[1]
+
+
+def _version(fetched: Fetched, r: int) -> int:
+    beat = fetched.beats.get(r)
+    return beat.version if beat is not None else -1
+
+
+def _load(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: set[int],
+          cache: LiveCache) -> tuple[LoadResult, dict[str, list[Any]]]:
     dumps = {}
     memory: dict[str, list[Any]] = {}
     unreadable = [Unreadable(f"store: rank {r}", why, r) for r, why in fetched.bad]
-    for r, rec in sorted(fetched.records.items()):
+    for r, data in sorted(as_dumps.items()):
         if r in silent:
             continue
         path = f"store: rank {r}"
-        data = protocol.as_dump(rec, fetched.configs.get(r))
         try:
-            d = extract_dump(data, path, r)
+            dumps[r] = cache.load(fetched, r, data)
         except DumpError as exc:
             unreadable.append(Unreadable(path, str(exc), r))
             continue
-        finish_sigs(d, table)
-        dumps[r] = d
         memory[path] = data.get("entries", [])
-    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, root="store"), memory
+    return LoadResult(dumps=dumps, unreadable=unreadable, sigs=cache.table,
+                      root="store"), memory
 
 
 def _headline(f: Finding, stuck_s: float, rows: dict[int, dict[str, Any]]) -> str:
@@ -169,19 +213,38 @@ def _headline(f: Finding, stuck_s: float, rows: dict[int, dict[str, Any]]) -> st
         elif row is None or row.get("silent"):
             where = " gone (no recent record)"
     what = ""
+    direct = list(f.waiting_ranks)
     if f.op and f.group is not None:
         seq = f" #{f.collective_seq_id}" if f.collective_seq_id is not None else ""
         what = f" in {f.op}{seq} of {f.group.ref()}"
-    waiting = f"; {ranks_phrase(f.waiting_ranks)} wait{what}" if f.waiting_ranks else ""
+        if f.collective_seq_id is not None:
+            direct = [r for r in f.waiting_ranks if _waits_in(rows.get(r), f)] or direct
+    behind = [r for r in f.waiting_ranks if r not in direct]
+    waiting = ""
+    if direct:
+        verb = "waits" if len(direct) == 1 else "wait"
+        waiting = f"; {ranks_phrase(direct)} {verb}{what}"
+    if behind:
+        waiting += f", {ranks_phrase(behind)} behind {'it' if len(direct) == 1 else 'them'}"
     return f"stuck {stuck_s:.0f} s: [{f.kind}] {who}{where}{waiting}"
 
 
+def _waits_in(row: dict[str, Any] | None, f: Finding) -> bool:
+    old = row["oldest_unfinished"] if row else None
+    return bool(old and f.group is not None and old["group"] == f.group.key
+                and old["op"].endswith(f"#{f.collective_seq_id}"))
+
+
 def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
-             now_ns: int | None = None, store: str = "") -> dict[str, Any]:
-    """The live view of one refresh as a JSON-ready dict (see module doc)."""
+             now_ns: int | None = None, store: str = "",
+             cache: LiveCache | None = None) -> dict[str, Any]:
+    """The live view of one refresh as a JSON-ready dict (see module doc); pass the same
+    ``cache`` to every refresh of one watch."""
     th = thresholds or Thresholds()
+    cache = cache or LiveCache()
     now_ns = time.time_ns() if now_ns is None else now_ns
-    rows = _rank_rows(fetched, now_ns, th)
+    as_dumps = {r: cache.as_dump(fetched, r) for r in fetched.records}
+    rows = _rank_rows(as_dumps, fetched, now_ns, th)
     by_rank = {row["rank"]: row for row in rows}
     silent = {row["rank"] for row in rows if row["silent"]}
     groups = _group_rows(fetched)
@@ -199,8 +262,14 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
     if not fetched.records:
         out.update(state="waiting", headline="no rank has published yet")
         return out
+    if len(silent) == len(rows):
+        newest = min(row["age_s"] or 0.0 for row in rows)
+        out.update(state="gone", headline=(
+            f"no rank has published for {newest:.0f} s: the job has ended, or every "
+            "process is frozen"))
+        return out
     if stuck_s >= th.stall or (silent and ages):
-        load, memory = _load(fetched, silent)
+        load, memory = _load(fetched, as_dumps, silent, cache)
         analysis = analyze_loaded(load, world_size=world, in_memory=memory)
         shown = [f for f in analysis.findings if f.blocking or f.kind == "crashed_rank"]
         shown = [f for f in shown if f.kind not in _HIDDEN_KINDS]

@@ -12,17 +12,24 @@ watch file; without one the token is empty):
 * ``commscope_watch/jobs``: a counter every publishing job bumps once (lets a watcher
   with a wrong token tell "refused" from "nothing publishes here");
 * ``commscope_watch/<id>/meta``: rank 0's job description (world size, dump prefix);
-* ``commscope_watch/<id>/rank/<r>``: rank ``r``'s latest progress record;
+* ``commscope_watch/<id>/beat/<r>``: rank ``r``'s heartbeat, ``"<beats>:<version>:<time_ns>"``,
+  rewritten every interval: how many times it published, which version of its record
+  is current, and its clock. A watcher fetches all beats (a few bytes each) and only the
+  records whose version changed;
+* ``commscope_watch/<id>/rank/<r>``: rank ``r``'s progress record, rewritten only when
+  its content changed (a stuck job's records do not change: refreshes stay cheap);
 * ``commscope_watch/<id>/config/<r>``: rank ``r``'s groups (``pg_config``), written when
   they change (they are big at scale and rarely change);
 * ``commscope_watch/<id>/dump``: a counter ``commscope dump`` bumps to ask every rank for
   its flight-recorder dump (each rank looks at it when it publishes).
 
-A progress record is a dump in miniature, in the dump schema so that the analyzer reads
-it like a file: the rank, the time, per group the last enqueued / started / completed
-sequence numbers (``pg_status``), its newest records and every unfinished one
-(``entries``, frames cut to :data:`RECORD_FRAMES`), the main thread's current stack
-(``commscope_threads``), and the step the user marked (``commscope_step``).
+A progress record is a dump in miniature, read by the analyzer like a file once
+:func:`as_dump` has expanded it: the rank, the time, per group the last enqueued and
+completed sequence numbers (``progress``), its newest records, the newest record of each
+of its groups and every unfinished one (``entries``, as lists in :data:`ENTRY_FIELDS`
+order, frames cut to :data:`RECORD_FRAMES` and shared through ``frame_table``), the main
+thread's current stack (``commscope_threads``), and the step the user marked
+(``commscope_step``).
 """
 
 from __future__ import annotations
@@ -37,14 +44,20 @@ __all__ = [
     "VERSION",
     "RECORD_ENTRIES",
     "RECORD_FRAMES",
+    "RecordError",
     "token_id",
     "meta_key",
     "rank_key",
     "config_key",
     "dump_key",
+    "beat_key",
+    "encode_beat",
+    "decode_beat",
     "encode",
     "decode",
     "as_dump",
+    "entry_dict",
+    "ENTRY_FIELDS",
 ]
 
 ROOT = "commscope_watch"
@@ -52,10 +65,14 @@ JOBS_KEY = f"{ROOT}/jobs"
 VERSION = 1
 RECORD_ENTRIES = 4
 """The newest records a progress record carries besides the unfinished ones."""
-RECORD_FRAMES = 6
+RECORD_FRAMES = 4
 """Frames kept per published record (the user's frame is almost always among them)."""
 MAX_RECORD_BYTES = 1 << 20
 """A record larger than this is not parsed (a corrupt or hostile value)."""
+
+
+class RecordError(ValueError):
+    """A published value that is not a progress record."""
 
 
 def token_id(token: str) -> str:
@@ -74,6 +91,29 @@ def rank_key(tid: str, rank: int) -> str:
     return f"{ROOT}/{tid}/rank/{rank}"
 
 
+def beat_key(tid: str, rank: int) -> str:
+    """Where rank ``rank`` writes its heartbeat."""
+    return f"{ROOT}/{tid}/beat/{rank}"
+
+
+def encode_beat(beats: int, version: int, time_ns: int) -> bytes:
+    """A heartbeat value."""
+    return f"{beats}:{version}:{time_ns}".encode()
+
+
+def decode_beat(raw: bytes | bytearray | memoryview | None) -> tuple[int, int, int]:
+    """``(beats, version, time_ns)`` of a heartbeat; raises :class:`RecordError`."""
+    try:
+        parts = bytes(raw or b"").decode("ascii").split(":")
+        beats, version, t = (int(x) for x in parts)
+    except (UnicodeDecodeError, ValueError):
+        raise RecordError(
+            f"heartbeat {bytes(raw or b'')[:40]!r} is not beats:version:time") from None
+    if beats < 0 or version < 0 or t < 0:
+        raise RecordError("heartbeat with a negative field")
+    return beats, version, t
+
+
 def config_key(tid: str, rank: int) -> str:
     """Where rank ``rank`` publishes its groups."""
     return f"{ROOT}/{tid}/config/{rank}"
@@ -87,10 +127,6 @@ def dump_key(tid: str) -> str:
 def encode(record: dict[str, Any]) -> bytes:
     """Compact JSON bytes of a record."""
     return json.dumps(record, separators=(",", ":"), default=str).encode("utf-8")
-
-
-class RecordError(ValueError):
-    """A published value that is not a progress record."""
 
 
 def decode(raw: bytes | bytearray | memoryview | None) -> dict[str, Any]:
@@ -109,9 +145,41 @@ def decode(raw: bytes | bytearray | memoryview | None) -> dict[str, Any]:
     return value
 
 
+ENTRY_FIELDS = ("record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id",
+                "p2p_seq_id", "profiling_name", "time_created_ns", "input_sizes",
+                "input_dtypes", "output_sizes", "output_dtypes", "state", "retired", "is_p2p",
+                "peer", "failed", "frames")
+"""A published record is a list in this order (keys would be most of its bytes);
+``output_sizes`` / ``output_dtypes`` are ``null`` when equal to the inputs, and
+``frames`` are indices into the record's ``frame_table``."""
+
+
+def entry_dict(item: Any, frame_table: list[Any]) -> dict[str, Any] | None:
+    """One published record as a dump record (``None`` when it is not a valid list)."""
+    if not isinstance(item, list) or len(item) != len(ENTRY_FIELDS):
+        return None
+    e = dict(zip(ENTRY_FIELDS, item))
+    frames = []
+    for i in e.pop("frames") if isinstance(e.get("frames"), list) else []:
+        if type(i) is int and 0 <= i < len(frame_table):
+            frames.append(frame_table[i])
+    e["frames"] = frames
+    e["process_group"] = (e.pop("pg_name"), e.pop("pg_desc"))
+    if e["output_sizes"] is None:
+        e["output_sizes"] = e["input_sizes"]
+    if e["output_dtypes"] is None:
+        e["output_dtypes"] = e["input_dtypes"]
+    e["time_discovered_started_ns"] = e["time_discovered_completed_ns"] = None
+    return e
+
+
 def as_dump(record: dict[str, Any], config: dict[str, Any] | None) -> dict[str, Any]:
     """The dump dict the analyzer reads for one progress record (see module doc)."""
-    out = {k: v for k, v in record.items() if k != "commscope_watch"}
+    out = {k: v for k, v in record.items()
+           if k not in ("commscope_watch", "entries", "frame_table")}
+    table = record.get("frame_table") if isinstance(record.get("frame_table"), list) else []
+    entries = record.get("entries") if isinstance(record.get("entries"), list) else []
+    out["entries"] = [e for e in (entry_dict(x, table) for x in entries) if e is not None]
     out.setdefault("version", "2.10")
     out["commscope_format"] = "commscope.flight/1"
     out["dump_reason"] = "watch"

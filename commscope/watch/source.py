@@ -9,10 +9,13 @@ Algorithm (:class:`StoreSource`):
 2. The token selects the key namespace (:func:`commscope.watch.protocol.token_id`). No
    ``meta`` key under it: if some job publishes in this store (the ``jobs`` counter),
    the token is wrong and the watcher is refused; otherwise nothing publishes here.
-3. One refresh fetches every rank's record in one round trip (``multi_get``). A
-   ``multi_get`` waits for keys that do not exist yet, so it runs only when
-   ``check(keys)`` says all exist; otherwise the ranks not there yet are found by
-   bisection with ``check`` (a few round trips) and the rest fetched.
+3. One refresh fetches every rank's heartbeat in one round trip (``multi_get``), then,
+   in one more, only the records whose version changed since the last refresh (a
+   stuck job's records do not change). A ``multi_get`` waits for keys that do not
+   exist yet, so it runs only when ``check(keys)`` says all exist; otherwise the ranks
+   not there yet are found by bisection with ``check`` (a few round trips). A rank
+   whose beat count has not grown for a while (this watcher's clock, so clocks of
+   other hosts do not matter) is *quiet*.
 4. Groups (``config/<r>``) are fetched once, and again for a rank whose record shows a
    group it did not have.
 5. A record that does not parse is named and skipped; a store that goes away raises
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -30,9 +35,13 @@ from typing import Any
 from commscope.watch import protocol
 
 __all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
-           "Fetched", "DEFAULT_WATCH_FILE"]
+           "Fetched", "Beat", "DEFAULT_WATCH_FILE"]
 
 DEFAULT_WATCH_FILE = os.path.join("commscope_traces", "watch.json")
+_CONNECT_TRY_S = 1.0
+_CHUNK = 1024
+"""Keys per store call: TCPStore's check and multi_get cost grows faster than linearly
+with the keys of one call (16 384 beats: 0.44 s in one multi_get, 0.05 s in 16)."""
 
 
 class WatchError(Exception):
@@ -84,6 +93,19 @@ def read_watch_file(path: str) -> Address:
                    dump_prefix=prefix if isinstance(prefix, str) else None, source=path)
 
 
+@dataclass(frozen=True)
+class Beat:
+    """What a rank's heartbeat says, and what this watcher saw of it."""
+
+    beats: int
+    version: int
+    """The version of the rank's record (changes only with its content)."""
+    time_ns: int
+    """The rank's own clock when it last published."""
+    quiet_s: float
+    """Seconds (this watcher's clock) since the beat count last grew; 0 on first sight."""
+
+
 @dataclass
 class Fetched:
     """One refresh: every rank's record that could be read."""
@@ -95,6 +117,9 @@ class Fetched:
     bad: list[tuple[int, str]] = field(default_factory=list)
     """(rank, why) for values that do not parse."""
     meta: dict[str, Any] = field(default_factory=dict)
+    beats: dict[int, Beat] = field(default_factory=dict)
+    changed: set[int] = field(default_factory=set)
+    """Ranks whose record was fetched anew this refresh (their content changed)."""
 
 
 class StoreSource:
@@ -109,6 +134,10 @@ class StoreSource:
         self.world_size: int | None = address.world_size
         self._configs: dict[int, dict[str, Any]] = {}
         self._config_groups: dict[int, set[str]] = {}
+        self._records: dict[int, dict[str, Any]] = {}
+        self._versions: dict[int, int] = {}
+        self._seen: dict[int, tuple[int, float]] = {}
+        """Rank → (beat count, when this watcher saw it change)."""
 
     # ------------------------------------------------------------------ connecting
 
@@ -119,13 +148,22 @@ class StoreSource:
                 from torch.distributed import TCPStore
             except ImportError as exc:  # pragma: no cover - torch is a dependency
                 raise WatchError(f"commscope watch needs torch.distributed ({exc})") from None
-            try:
-                self._store = TCPStore(self.address.host, self.address.port, is_master=False,
-                                       timeout=timedelta(seconds=self._timeout_s),
-                                       wait_for_workers=False)
-            except Exception as exc:
-                raise WatchError(f"cannot reach the job's store at {self.address}: "
-                                 f"{_short(exc)} (has the job ended?)") from None
+            host = _reachable_host(self.address.host, self.address.port)
+            # A store's first handshake is sometimes lost and the client then waits out
+            # its whole timeout (seen: 5 s, one connect in ten, against torchrun's store):
+            # short attempts, a few of them, then the real timeout for every call.
+            attempts = max(1, int(self._timeout_s / _CONNECT_TRY_S))
+            for attempt in range(attempts):
+                try:
+                    self._store = TCPStore(host, self.address.port, is_master=False,
+                                           timeout=timedelta(seconds=_CONNECT_TRY_S),
+                                           wait_for_workers=False)
+                    self._store.set_timeout(timedelta(seconds=self._timeout_s))
+                    break
+                except Exception as exc:
+                    if attempt == attempts - 1:
+                        raise WatchError(f"cannot reach the job's store at {self.address}: "
+                                         f"{_short(exc)} (has the job ended?)") from None
         meta_key = protocol.meta_key(self.tid)
         if not self._exists([meta_key]):
             if self._exists([protocol.JOBS_KEY]):
@@ -154,7 +192,8 @@ class StoreSource:
                              f"{_short(exc)}); the job has probably ended") from None
 
     def _exists(self, keys: list[str]) -> bool:
-        return bool(self._call("check", self._store.check, keys))
+        return all(self._call("check", self._store.check, keys[i:i + _CHUNK])
+                   for i in range(0, len(keys), _CHUNK))
 
     def _get(self, key: str) -> bytes:
         return bytes(self._call("get", self._store.get, key))
@@ -163,7 +202,11 @@ class StoreSource:
         if not keys:
             return []
         if hasattr(self._store, "multi_get"):
-            return [bytes(v) for v in self._call("multi_get", self._store.multi_get, keys)]
+            out: list[bytes] = []
+            for i in range(0, len(keys), _CHUNK):  # the store's cost grows faster than
+                out += map(bytes, self._call(    # linearly with one call's key count
+                    "multi_get", self._store.multi_get, keys[i:i + _CHUNK]))
+            return out
         return [self._get(k) for k in keys]
 
     def _present(self, keys: list[str]) -> list[int]:
@@ -184,36 +227,58 @@ class StoreSource:
     # ------------------------------------------------------------------ refreshing
 
     def fetch(self) -> Fetched:
-        """Every rank's newest record, and the groups (steps 3-5)."""
+        """Every rank's newest record, and the groups (steps 3-5): all heartbeats in one
+        round trip, then only the records whose version changed in another."""
         if self._store is None:
             self.connect()
         assert self.world_size is not None
+        now = time.monotonic()
         ranks = list(range(self.world_size))
-        keys = [protocol.rank_key(self.tid, r) for r in ranks]
+        keys = [protocol.beat_key(self.tid, r) for r in ranks]
         present = list(range(len(keys))) if self._exists(keys) else self._present(keys)
-        values = self._multi_get([keys[i] for i in present])
-        records: dict[int, dict[str, Any]] = {}
-        bad: list[tuple[int, str]] = []
-        for i, raw in zip(present, values):
+        raw_beats = self._multi_get([keys[i] for i in present])
+        bad: dict[int, str] = {}
+        beats: dict[int, Beat] = {}
+        for i, raw in zip(present, raw_beats):
+            r = ranks[i]
+            try:
+                count, version, t = protocol.decode_beat(raw)
+            except protocol.RecordError as exc:
+                bad[r] = str(exc)
+                continue
+            seen = self._seen.get(r)
+            if seen is None or count != seen[0]:
+                self._seen[r] = (count, now)
+                quiet = 0.0
+            else:
+                quiet = now - seen[1]
+            beats[r] = Beat(count, version, t, quiet)
+        stale = [r for r, b in beats.items() if self._versions.get(r) != b.version]
+        values = self._multi_get([protocol.rank_key(self.tid, r) for r in stale])
+        for r, raw in zip(stale, values):
             try:
                 rec = protocol.decode(raw)
+                if rec.get("rank") != r:
+                    raise protocol.RecordError(f"holds rank {rec.get('rank')!r}")
             except protocol.RecordError as exc:
-                bad.append((ranks[i], str(exc)))
+                bad[r] = str(exc)
+                self._records.pop(r, None)
+                self._versions.pop(r, None)
                 continue
-            if rec.get("rank") != ranks[i]:
-                bad.append((ranks[i], f"holds rank {rec.get('rank')!r}"))
-                continue
-            records[ranks[i]] = rec
-        self._refresh_configs(records)
-        missing = [r for r in ranks if r not in records and all(r != b for b, _ in bad)]
+            self._records[r] = rec
+            self._versions[r] = beats[r].version
+        records = {r: self._records[r] for r in beats if r in self._records and r not in bad}
+        self._refresh_configs({r: records[r] for r in stale if r in records})
+        missing = [r for r in ranks if r not in records and r not in bad]
         return Fetched(records=records, configs=dict(self._configs), missing=missing,
-                       bad=bad, meta=self.meta)
+                       bad=sorted(bad.items()), meta=self.meta, beats=beats,
+                       changed=set(stale) & set(records))
 
     def _refresh_configs(self, records: dict[int, dict[str, Any]]) -> None:
         stale = []
         for r, rec in records.items():
-            groups = {str(e.get("process_group", ["?"])[0]) for e in rec.get("entries", [])
-                      if isinstance(e, dict) and isinstance(e.get("process_group"), list)}
+            groups = {str(e[2]) for e in rec.get("entries", [])
+                      if isinstance(e, list) and len(e) == len(protocol.ENTRY_FIELDS)}
             if r not in self._configs or not groups <= self._config_groups.get(r, set()):
                 stale.append(r)
         if not stale:
@@ -234,6 +299,25 @@ class StoreSource:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
         it next publishes); return the request's number."""
         return int(self._call("add", self._store.add, protocol.dump_key(self.tid), 1))
+
+
+def _reachable_host(host: str, port: int, probe_s: float = 1.0) -> str:
+    """The first numeric address of ``host`` that accepts a connection on ``port``
+    (``localhost`` may name ::1 first while the store listens on 127.0.0.1 only; the
+    store client would then spend its whole timeout on the wrong one), else ``host``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return host
+    for family, kind, proto, _, addr in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(probe_s)
+                sock.connect(addr)
+            return str(addr[0])
+        except OSError:
+            continue
+    return host
 
 
 def _short(exc: BaseException) -> str:

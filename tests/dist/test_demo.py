@@ -74,3 +74,18 @@ def test_readme_shows_what_the_demo_prints(tmp_path):
     proc, out = _demo(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert _normalized(proc.stdout, str(out)) == _normalized(block, pasted_out)
+
+
+def test_demo_watch_names_the_stall_before_the_recorder_timeout(tmp_path):
+    proc, _ = _demo(tmp_path, "--watch", "--timeout", "8")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = proc.stdout
+    watch = [line for line in text.splitlines() if "[commscope watch]" in line]
+    assert watch and watch[0].strip().startswith("[commscope watch] HEALTHY"), watch
+    stuck = next(line for line in watch if "STUCK" in line)
+    assert "rank 3" in stuck and "missing_rank" in stuck, stuck
+    named = next(line for line in watch if "named the stall" in line)
+    after = float(named.split("named the stall ")[1].split(" s after")[0])
+    assert after < 8.0, named  # before the recorder's timeout fired
+    # and the post-mortem analysis agrees with the live view
+    assert "the analysis names the injected fault: missing_rank, rank 3" in text

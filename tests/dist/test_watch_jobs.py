@@ -15,6 +15,8 @@ import time
 import pytest
 
 from commscope.cli import main
+from commscope.watch.command import SnapshotMaker, resolve_address
+from commscope.watch.source import StoreSource
 from tests.jobs.launch import start
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(180)]
@@ -30,6 +32,12 @@ def job(tmp_path_factory):
         yield j
     finally:
         j.stop()
+
+
+def _source(job) -> StoreSource:
+    source = StoreSource(resolve_address(None, None, str(job.watch_file)))
+    source.connect()
+    return source
 
 
 def _snap(job, capsys, *extra: str) -> dict:
@@ -64,6 +72,9 @@ def test_watch_sees_the_job_progress(job, capsys):
 
 
 def test_a_stalled_rank_is_named_within_two_intervals(job, capsys):
+    # one attached watcher, as `commscope watch` keeps (each --once connects anew)
+    make = SnapshotMaker(_source(job))
+    assert make()["state"] in ("healthy", "behind")
     job.stall_file.write_text("now")
     at_file = job.stall_file.with_name("stall.at")
     deadline = time.monotonic() + 60
@@ -71,15 +82,16 @@ def test_a_stalled_rank_is_named_within_two_intervals(job, capsys):
         time.sleep(0.05)
     stalled_at = float(at_file.read_text())
     while time.monotonic() < deadline:
-        snap = _snap(job, capsys)
+        snap = make()
         if snap["state"] == "stuck":
             break
         time.sleep(0.1)
     named_after = time.time() - stalled_at
     assert snap["state"] == "stuck", snap
     root = snap["findings"][0]
+    story = json.dumps(snap, indent=1)[:4000]
     assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
-        "missing_rank", [3], [0, 1, 2])
+        "missing_rank", [3], [0, 1, 2]), story
     assert "load_batch" in snap["headline"] and "rank 3" in snap["headline"]
     assert "alive and in no collective" in root["message"]
     assert named_after <= snap["stall_s"] + 2 * INTERVAL_S + 1.0, named_after

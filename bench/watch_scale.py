@@ -1,0 +1,192 @@
+"""One `commscope watch` refresh at scale: simulated ranks' records through a real TCPStore.
+
+For each N in --ranks: start a real TCPStore server on this machine (the kind torchrun
+runs), write N progress records as a (pp, dp, tp) = (N/64, 8, 8) job publishes them
+(four groups per rank, the newest four records and the unfinished ones, the main
+thread's stack; the groups once, the default group without its rank list, as the
+publisher writes it), with one rank stalled in its data loader and its dp peers waiting
+in an all_reduce. Then time what one refresh of `commscope watch` does, in a separate
+client process as the real watcher is:
+
+  fetch:    StoreSource.fetch (every heartbeat in one multi_get; the N records and the
+            groups on the first refresh only: a stuck job's records do not change)
+  analysis: commscope.watch.live.snapshot (the same analysis as `commscope analyze`)
+  render:   the terminal view (rich) to a string
+
+and the client's peak RSS. There is no PyTorch counterpart to compare with (its debug
+server shows raw per-rank tables, one HTTP request per rank, and no verdict); the
+figure to meet is one refresh under 1 s at 4 096 ranks.
+
+    .venv/bin/python bench/watch_scale.py                  # 1024, 4096
+    .venv/bin/python bench/watch_scale.py --ranks 4096,16384 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from commscope.watch import protocol
+
+TOKEN = "bench-token"
+TRAIN = "/home/user/torchtitan/train.py"
+
+
+FRAME_TABLE = [
+    {"name": "all_reduce", "filename": "/opt/venv/lib/python3.11/site-packages/torch/"
+     "distributed/distributed_c10d.py", "line": 3245},
+    {"name": "wrapper", "filename": "/opt/venv/lib/python3.11/site-packages/torch/"
+     "distributed/c10d_logger.py", "line": 83},
+    {"name": "train_step", "filename": TRAIN, "line": 120},
+    {"name": "load_batch", "filename": TRAIN, "line": 42},
+]
+
+
+def _entry(rid: int, group: str, desc: str, seq: int, done: bool, created: int) -> list:
+    """One published record (protocol.ENTRY_FIELDS order), as the publisher writes it."""
+    return [rid, 0, group, desc, seq, 0, "nccl:all_reduce", created, [[4096, 1024]],
+            ["BFloat16"], None, None, "completed" if done else "started", done, False, None,
+            False, [0, 1, 2]]
+
+
+def job_records(n: int, stalled: int, now: int) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """Encoded records and group configs of an (n/64, 8, 8) mesh job with one stall."""
+    tp_size, dp_size = 8, 8
+    records, configs = {}, {}
+    step = 100
+    for r in range(n):
+        tp0 = r - r % tp_size
+        dp_base = (r // (tp_size * dp_size)) * tp_size * dp_size + r % tp_size
+        pp_stride = tp_size * dp_size
+        groups = {
+            "0": ("default_pg", None),
+            f"tp{tp0}": ("mesh_tp", list(range(tp0, tp0 + tp_size))),
+            f"dp{dp_base}": ("mesh_dp", [dp_base + i * tp_size for i in range(dp_size)]),
+            f"pp{r % pp_stride}": ("mesh_pp", list(range(r % pp_stride, n, pp_stride))),
+        }
+        dp_name = f"dp{dp_base}"
+        in_stalled_dp = stalled in groups[dp_name][1]
+        entries = []
+        rid = 4 * step
+        for seq in (step - 1, step):
+            for name, (desc, _) in groups.items():
+                if name.startswith("pp"):
+                    continue
+                stuck = name == dp_name and seq == step and in_stalled_dp
+                if r == stalled and name == dp_name and seq == step:
+                    continue  # never issued: in its data loader
+                entries.append(_entry(rid, name, desc, seq, not stuck,
+                                      now - int(30e9) + seq * 1000))
+                rid += 1
+        entries = entries[-protocol.RECORD_ENTRIES - 2:]
+        main = [FRAME_TABLE[3] if r == stalled else FRAME_TABLE[2]]
+        progress = {name: [desc, step, step - (1 if name == dp_name and in_stalled_dp else 0)]
+                    for name, (desc, _) in groups.items()}
+        rec = {"commscope_watch": protocol.VERSION, "rank": r, "world_size": n,
+               "interval_s": 2.0,
+               "progress": progress, "entries": entries, "frame_table": FRAME_TABLE,
+               "commscope_threads": [{"name": "MainThread", "main": True, "frames": main}],
+               "commscope_step": step}
+        records[r] = protocol.encode(rec)
+        configs[r] = json.dumps({name: {"name": name, "desc": desc,
+                                        "ranks": "[]" if ranks is None else str(ranks)}
+                                 for name, (desc, ranks) in groups.items()}).encode()
+    return records, configs
+
+
+def _client(port: int, rounds: int, conn) -> None:
+    from rich.console import Console
+
+    from commscope.watch.live import LiveCache, Thresholds, snapshot
+    from commscope.watch.source import Address, StoreSource
+    from commscope.watch.view import render
+
+    source = StoreSource(Address("127.0.0.1", port, TOKEN), timeout_s=60)
+    source.connect()
+    times = []
+    snap = None
+    cache = LiveCache()
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fetched = source.fetch()
+        t1 = time.perf_counter()
+        # the records were written once, before this process started: not silent here
+        snap = snapshot(fetched, thresholds=Thresholds(2.0, silent_s=3600), cache=cache)
+        t2 = time.perf_counter()
+        Console(file=io.StringIO(), width=120).print(render(snap))
+        t3 = time.perf_counter()
+        times.append((t1 - t0, t2 - t1, t3 - t2))
+        if os.environ.get("WATCH_SCALE_VERBOSE"):
+            print(f"    refresh: fetch {t1 - t0:.3f} analysis {t2 - t1:.3f} render {t3 - t2:.3f}",
+                  file=sys.stderr)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    conn.send({"times": times, "rss_mb": rss_mb, "state": snap["state"],
+               "headline": snap["headline"], "culprits": snap["findings"][0]["culprit_ranks"]
+               if snap["findings"] else []})
+
+
+def run(n: int, rounds: int) -> dict:
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=timedelta(seconds=60))
+    now = time.time_ns()
+    stalled = n // 3
+    records, configs = job_records(n, stalled, now)
+    tid = protocol.token_id(TOKEN)
+    t0 = time.perf_counter()
+    server.add(protocol.JOBS_KEY, 1)
+    server.set(protocol.meta_key(tid), json.dumps({"world_size": n, "interval_s": 2.0}))
+    for r in range(n):
+        server.set(protocol.rank_key(tid, r), records[r])
+        server.set(protocol.beat_key(tid, r), protocol.encode_beat(50, 7, now))
+        server.set(protocol.config_key(tid, r), configs[r])
+    publish_s = time.perf_counter() - t0
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_client, args=(server.port, rounds, child))
+    p.start()
+    out = parent.recv()
+    p.join(60)
+    out["publish_s"] = publish_s
+    out["record_bytes"] = statistics.median(len(v) for v in records.values())
+    out["stalled"] = stalled
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", default="1024,4096")
+    ap.add_argument("--rounds", type=int, default=5, help="refreshes per size (first: cold)")
+    args = ap.parse_args()
+    print(f"commscope watch refresh, real TCPStore on this machine, {os.cpu_count()} CPUs, "
+          f"python {sys.version.split()[0]}")
+    print(f"{'ranks':>6} {'record B':>9} {'fetch s':>8} {'analysis s':>11} {'render s':>9} "
+          f"{'refresh s':>10} {'cold s':>7} {'RSS MB':>7}  verdict")
+    for n in [int(x) for x in args.ranks.split(",")]:
+        out = run(n, args.rounds)
+        warm = out["times"][1:] or out["times"]
+        fetch = statistics.median(t[0] for t in warm)
+        analysis = statistics.median(t[1] for t in warm)
+        render_s = statistics.median(t[2] for t in warm)
+        total = statistics.median(sum(t) for t in warm)
+        cold = sum(out["times"][0])
+        ok = out["culprits"] == [out["stalled"]]
+        print(f"{n:6d} {out['record_bytes']:9.0f} {fetch:8.3f} {analysis:11.3f} {render_s:9.3f} "
+              f"{total:10.3f} {cold:7.3f} {out['rss_mb']:7.0f}  {out['state']}, culprit "
+              f"{out['culprits']} ({'right' if ok else 'WRONG'})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The watcher's reading and reasoning, on records in an in-process store (HashStore).
+
+The records are made by the real publisher (:class:`commscope.flight.publish.Publisher`)
+on a real recorder where the story needs it, and by hand where a record must be broken.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch.distributed as dist
+
+from commscope.watch import protocol
+from commscope.watch.live import Thresholds, snapshot
+from commscope.watch.source import Address, StoreSource, WatchError
+from commscope.watch.view import render
+
+T0 = 1_800_000_000_000_000_000
+
+
+def _entry(seq: int, state: str, created: int, group: str = "0", op: str = "all_reduce"
+           ) -> list:
+    """A published record, in protocol.ENTRY_FIELDS order (frame 0 of the table)."""
+    done = state == "completed"
+    return [seq, 0, group, "default_pg", seq, 0, f"gloo:{op}", created, [[4]], ["Float"],
+            None, None, state, done, False, None, False, [0]]
+
+
+def _record(rank: int, world: int, seqs: list[tuple[int, str]], now: int, *,
+            main: tuple[str, str, int, str] = ("step", "/home/u/train.py", 42, "x()"),
+            age_s: float = 0.1, step: int | None = None) -> dict:
+    created = now - int(5e9)
+    entries = [_entry(s, st, created + s * 1000) for s, st in seqs]
+    table = [{"name": "step", "filename": "/home/u/train.py", "line": 42}]
+    last = seqs[-1][0] if seqs else 0
+    completed = max((s for s, st in seqs if st == "completed"), default=0)
+    return {"commscope_watch": 1, "rank": rank, "world_size": world,
+            "dump_time_ns": now - int(age_s * 1e9), "interval_s": 0.5,
+            "progress": {"0": ["default_pg", last, completed]}, "entries": entries,
+            "frame_table": table,
+            "commscope_threads": [{"name": "MainThread", "main": True, "frames": [
+                {"name": main[0], "filename": main[1], "line": main[2], "code": main[3]}]}],
+            "commscope_step": step}
+
+
+def _store(records: dict[int, dict], world: int, token: str = "t", raw: dict | None = None):
+    store = dist.HashStore()
+    tid = protocol.token_id(token)
+    store.add(protocol.JOBS_KEY, 1)
+    store.set(protocol.meta_key(tid), json.dumps({"world_size": world, "interval_s": 0.5}))
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    for r, rec in records.items():
+        rec = dict(rec)
+        t = rec.pop("dump_time_ns")
+        store.set(protocol.rank_key(tid, r), protocol.encode(rec))
+        store.set(protocol.beat_key(tid, r), protocol.encode_beat(3, 1, t))
+        store.set(protocol.config_key(tid, r), json.dumps(config))
+    for r, value in (raw or {}).items():
+        store.set(protocol.rank_key(tid, r), value)
+        store.set(protocol.beat_key(tid, r), protocol.encode_beat(3, 1, time.time_ns()))
+    return store
+
+
+def _source(store, token: str = "t") -> StoreSource:
+    src = StoreSource(Address("store", 1, token), store=store)
+    src.connect()
+    return src
+
+
+def test_a_stall_is_named_from_the_same_analysis():
+    assert len(_entry(1, "completed", 0)) == len(protocol.ENTRY_FIELDS)
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 5)]
+    records = {r: _record(r, 4, [*done, (5, "started")], now) for r in range(3)}
+    records[3] = _record(3, 4, done, now, main=("load_batch", "/home/u/loader.py", 7,
+                                                "time.sleep(60)"))
+    snap = snapshot(_source(_store(records, 4)).fetch(), thresholds=Thresholds(0.5), now_ns=now)
+    assert snap["state"] == "stuck"
+    root = snap["findings"][0]
+    assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
+        "missing_rank", [3], [0, 1, 2])
+    assert "rank 3 in loader.py:7 in load_batch (time.sleep(60))" in snap["headline"]
+    assert "ranks 0-2 wait in all_reduce #5" in snap["headline"]
+    render(snap)  # the terminal view draws it
+
+
+def test_healthy_and_behind_and_lag_needs_a_record_at_least_as_new():
+    now = time.time_ns()
+    fresh = [(s, "completed") for s in range(1, 9)]
+    records = {r: _record(r, 3, fresh, now, step=8) for r in range(3)}
+    assert snapshot(_source(_store(records, 3)).fetch(), now_ns=now)["state"] == "healthy"
+    # rank 2 has three collectives fewer, in a record newer than the leader's: behind
+    records[2] = _record(2, 3, fresh[:5], now, age_s=0.0, step=5)
+    snap = snapshot(_source(_store(records, 3)).fetch(), now_ns=now)
+    assert snap["state"] == "behind"
+    assert snap["headline"] == "rank 2 behind by 3 collectives on default_pg"
+    # the same counts in an older record only say it published earlier: not behind
+    records[2] = _record(2, 3, fresh[:5], now, age_s=1.0, step=5)
+    assert snapshot(_source(_store(records, 3)).fetch(), now_ns=now)["state"] == "healthy"
+
+
+def test_a_silent_rank_is_gone_and_others_waiting_for_it_are_stuck():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 4)]
+    records = {r: _record(r, 3, [*done, (4, "started")], now) for r in range(2)}
+    records[2] = _record(2, 3, done, now, age_s=60)
+    snap = snapshot(_source(_store(records, 3)).fetch(), thresholds=Thresholds(0.5),
+                    now_ns=now)
+    assert snap["silent"] == [2] and snap["state"] == "stuck"
+    assert snap["findings"][0]["kind"] == "crashed_rank"
+    assert snap["findings"][0]["culprit_ranks"] == [2]
+
+
+def test_bad_records_are_named_and_skipped_and_missing_ranks_found():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 3)]
+    records = {0: _record(0, 6, done, now), 2: _record(2, 6, done, now),
+               5: _record(5, 6, done, now)}
+    raw = {1: b"\xff not json", 3: json.dumps({"commscope_watch": 99}).encode()}
+    fetched = _source(_store(records, 6, raw=raw)).fetch()
+    assert sorted(fetched.records) == [0, 2, 5]
+    assert fetched.missing == [4]  # found by bisection without waiting on a missing key
+    why = dict(fetched.bad)
+    assert "not JSON" in why[1] and "version" in why[3]
+    snap = snapshot(fetched, now_ns=now)
+    assert {b["rank"] for b in snap["bad_records"]} == {1, 3}
+    assert "rank 4 not publishing yet" in snap["headline"]
+
+
+def test_wrong_token_and_nothing_publishing_are_told_apart():
+    store = _store({}, 2, token="right")
+    with pytest.raises(WatchError, match="refused"):
+        _source(store, token="wrong")
+    with pytest.raises(WatchError, match="no commscope job publishes"):
+        _source(dist.HashStore(), token="right")
+
+
+def test_a_record_from_the_real_publisher_round_trips():
+    from types import SimpleNamespace
+
+    from commscope.flight.config import resolve_config
+    from commscope.flight.publish import Publisher, set_step
+    from commscope.flight.recorder import Recorder
+
+    rec = Recorder(resolve_config(watch_interval_s=0.5))
+    rec.global_rank, rec.world_size = 0, 1
+    store = dist.HashStore()
+    rec.store = SimpleNamespace(underlying_store=store)
+    set_step(12)
+    try:
+        pub = Publisher(rec, 0.5)
+        assert pub.tick(now=100.0) and not pub.tick(now=100.1)  # once per interval
+    finally:
+        set_step(None)
+    fetched = _source(store, token="").fetch()
+    record = fetched.records[0]
+    assert record["commscope_step"] == 12 and record["rank"] == 0
+    assert record["commscope_threads"][0]["main"] is True
+    snap = snapshot(fetched)
+    assert snap["state"] == "healthy" and snap["ranks"][0]["step"] == 12
