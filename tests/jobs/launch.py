@@ -42,10 +42,35 @@ class Job:
         return path.read_text()[-3000:] if path.exists() else ""
 
     def stop(self) -> None:
-        """End the whole job (torchrun and its workers)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """End the whole job: torchrun and every process under it (torchrun's workers
+        are not all in its process group, so they are found through /proc first)."""
+        doomed = [self.proc.pid, *descendants(self.proc.pid)]
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait(10)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def start(folder: Path, script: str = "watch_job.py", nproc: int = 4, interval_s: float = 0.5,

@@ -24,7 +24,19 @@ def load_batch(step: int) -> torch.Tensor:
     return torch.ones(4) * step
 
 
+def _die_with_parent() -> None:
+    """A test job must never outlive its launcher (Linux: PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> None:
+    _die_with_parent()
     dist.init_process_group("gloo")
     for step in range(1_000_000):
         flight.step(step)
