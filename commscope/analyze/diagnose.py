@@ -890,7 +890,8 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     findings += _uncovered_findings(ctx, findings)
     findings += _unreadable_findings(ctx)
     findings += _truncated_findings(ctx)
-    findings += straggler_findings(ctx, straggler_ms)
+    if straggler_ms != float("inf"):
+        findings += straggler_findings(ctx, straggler_ms)
     findings += _nothing_to_read(ctx, findings)
     findings.sort(key=_sort_key)
     if not findings:

@@ -270,7 +270,9 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
         return out
     if stuck_s >= th.stall or (silent and ages):
         load, memory = _load(fetched, as_dumps, silent, cache)
-        analysis = analyze_loaded(load, world_size=world, in_memory=memory)
+        # a record's few entries say nothing about stragglers: not looked for
+        analysis = analyze_loaded(load, world_size=world, in_memory=memory,
+                                  straggler_ms=float("inf"))
         shown = [f for f in analysis.findings if f.blocking or f.kind == "crashed_rank"]
         shown = [f for f in shown if f.kind not in _HIDDEN_KINDS]
         out["findings"] = [f.to_json() for f in shown]

@@ -154,23 +154,26 @@ ENTRY_FIELDS = ("record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id",
 ``frames`` are indices into the record's ``frame_table``."""
 
 
+_N_FIELDS = len(ENTRY_FIELDS)
+
+
 def entry_dict(item: Any, frame_table: list[Any]) -> dict[str, Any] | None:
     """One published record as a dump record (``None`` when it is not a valid list)."""
-    if not isinstance(item, list) or len(item) != len(ENTRY_FIELDS):
+    if not isinstance(item, list) or len(item) != _N_FIELDS:
         return None
-    e = dict(zip(ENTRY_FIELDS, item))
-    frames = []
-    for i in e.pop("frames") if isinstance(e.get("frames"), list) else []:
-        if type(i) is int and 0 <= i < len(frame_table):
-            frames.append(frame_table[i])
-    e["frames"] = frames
-    e["process_group"] = (e.pop("pg_name"), e.pop("pg_desc"))
-    if e["output_sizes"] is None:
-        e["output_sizes"] = e["input_sizes"]
-    if e["output_dtypes"] is None:
-        e["output_dtypes"] = e["input_dtypes"]
-    e["time_discovered_started_ns"] = e["time_discovered_completed_ns"] = None
-    return e
+    (record_id, pg_id, pg_name, pg_desc, seq, p2p_seq, name, created, ins, in_dt, outs,
+     out_dt, state, retired, is_p2p, peer, failed, refs) = item
+    n = len(frame_table)
+    frames = [frame_table[i] for i in refs if type(i) is int and 0 <= i < n] \
+        if isinstance(refs, list) else []
+    return {"frames": frames, "record_id": record_id, "pg_id": pg_id,
+            "process_group": (pg_name, pg_desc), "collective_seq_id": seq,
+            "p2p_seq_id": p2p_seq, "profiling_name": name, "time_created_ns": created,
+            "input_sizes": ins, "input_dtypes": in_dt,
+            "output_sizes": ins if outs is None else outs,
+            "output_dtypes": in_dt if out_dt is None else out_dt, "state": state,
+            "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+            "retired": retired, "is_p2p": is_p2p, "peer": peer, "failed": failed}
 
 
 def as_dump(record: dict[str, Any], config: dict[str, Any] | None) -> dict[str, Any]:
