@@ -15,6 +15,7 @@ from commscope.flight import install as _install
 from commscope.flight.config import FlightConfig, resolve_config
 from commscope.flight.dump import Dumper, build_dump
 from commscope.flight.recorder import SLOT, Recorder
+from commscope.flight.selfcheck import check_torch
 from commscope.flight.watchdog import Watchdog
 
 __all__ = [
@@ -96,7 +97,9 @@ def enable(
     settings and starts a fresh ring; groups created earlier keep recording.
     ``buffer_size=0`` turns recording off, as ``TORCH_FR_BUFFER_SIZE=0`` does.
 
-    Returns the settings in force. Raises ``ValueError`` for an invalid setting.
+    Returns the settings in force. Raises ``ValueError`` for an invalid setting and
+    :class:`~commscope.flight.selfcheck.RecorderUnsupported` when the installed torch
+    cannot be recorded (the message names its version and what is missing).
     """
     cfg = resolve_config(
         buffer_size=buffer_size,
@@ -113,6 +116,8 @@ def enable(
         poll_interval_s=poll_interval_s,
         watch_interval_s=watch_interval_s,
     )
+    if cfg.buffer_size:
+        check_torch()  # raises RecorderUnsupported, naming what this torch lacks
     if cfg.timing:
         # NCCL times its own works only with this set when a group is created; then
         # duration_ms is the device time. An explicit "0" from the user is kept.

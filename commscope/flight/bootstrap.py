@@ -32,8 +32,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     target, rest = args[0], args[1:]
 
     import commscope.flight as flight
+    from commscope.flight.selfcheck import RecorderUnsupported
 
-    flight.enable()
+    try:
+        flight.enable()
+    except RecorderUnsupported as exc:  # refuse to start rather than record nothing
+        print(f"commscope run: {exc}", file=sys.stderr)
+        raise SystemExit(3) from None
     sys.argv = [target, *rest]
     if as_module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -36,6 +36,7 @@ import torch.distributed.distributed_c10d as c10d
 from commscope.flight.backend import RecordingProcessGroup
 from commscope.flight.groups import GroupInfo
 from commscope.flight.recorder import SLOT, Recorder
+from commscope.flight.selfcheck import splice_missed
 
 __all__ = ["install", "uninstall", "installed", "adopt", "register_group"]
 
@@ -129,8 +130,10 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
         finally:
             c10d.ProcessGroup = _REAL_PG  # type: ignore[misc]
+    pg = result[0] if isinstance(result, tuple) and result else None
+    if isinstance(pg, _REAL_PG) and not isinstance(pg, RecordingProcessGroup):
+        splice_missed(pg)  # loud: logs an error, raises under commscope run
     try:
-        pg = result[0]
         if isinstance(pg, RecordingProcessGroup) and getattr(pg, "_commscope_info", None) is None:
             attach_inner(pg, result[1])
             bound = inspect.signature(original).bind(*args, **kwargs).arguments
@@ -231,6 +234,7 @@ def install() -> None:
             return
         _originals["_new_process_group_helper"] = c10d._new_process_group_helper
         _originals["batch_isend_irecv"] = c10d.batch_isend_irecv
+        _patched_helper.__wrapped__ = _originals["_new_process_group_helper"]  # type: ignore[attr-defined]
         c10d._new_process_group_helper = _patched_helper
         c10d.batch_isend_irecv = _patched_batch_isend_irecv
         dist.batch_isend_irecv = _patched_batch_isend_irecv  # type: ignore[attr-defined]

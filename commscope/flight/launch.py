@@ -64,10 +64,12 @@ def torchrun_command(argv: Sequence[str], python: str | None = None) -> list[str
 
 
 def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the job: a fresh watch token (unless one is set) and where
-    rank 0 writes the watch file (``<dump folder>/watch.json``)."""
+    """The environment of the job: a fresh watch token (unless one is set), where rank 0
+    writes the watch file (``<dump folder>/watch.json``), and strict recording (a group
+    the recorder cannot record stops the job instead of leaving empty dumps)."""
     out = dict(os.environ if env is None else env)
     out.setdefault("COMMSCOPE_WATCH_TOKEN", secrets.token_urlsafe(18))
+    out.setdefault("COMMSCOPE_FR_STRICT", "1")  # a group the recorder misses stops the job
     prefix = (out.get("TORCH_FR_DUMP_TEMP_FILE") or out.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
               or "./commscope_traces/rank_")
     out.setdefault("COMMSCOPE_WATCH_FILE",

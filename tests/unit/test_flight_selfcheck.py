@@ -1,0 +1,92 @@
+"""The recorder refuses, loudly, to run on a torch it cannot record (issue 18, part 3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed.distributed_c10d as c10d
+
+import commscope.flight as flight
+from commscope.flight import install
+from commscope.flight.selfcheck import STRICT_ENV, RecorderUnsupported, check_torch
+from tests.harness import run_ranks
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_this_torch_passes():
+    check_torch()
+
+
+def test_every_miss_is_named_with_the_torch_version():
+    def helper(group_size, group_rank, store):  # builds no ProcessGroup by that name
+        return None
+
+    fake = SimpleNamespace(_new_process_group_helper=helper, ProcessGroup=object)
+    with pytest.raises(RecorderUnsupported) as err:
+        check_torch(fake)
+    text = str(err.value)
+    assert f"torch {torch.__version__}" in text
+    assert "global_ranks_in_group, backend" in text
+    assert "through the name ProcessGroup" in text
+    assert "batch_isend_irecv" in text and "ProcessGroup methods allreduce" in text
+    assert "recording was not started" in text
+
+
+def test_enable_raises_and_records_nothing_when_the_splice_point_changed(monkeypatch):
+    def helper(group_size, group_rank, global_ranks_in_group, backend, store, **kw):
+        return None
+
+    monkeypatch.setattr(c10d, "_new_process_group_helper", helper)
+    flight.disable()
+    with pytest.raises(RecorderUnsupported, match="cannot record on torch"):
+        flight.enable(watchdog=False)
+    assert not flight.is_enabled()
+    assert not install.installed()
+
+
+def _missed_splice(rank, world_size, strict):
+    import torch.distributed as dist
+
+    if strict:
+        os.environ[STRICT_ENV] = "1"
+    flight.enable(watchdog=False, handle_signals=False)
+    install._ProcessGroupFactory = install._REAL_PG  # torch builds plain groups again
+    store = dist.FileStore(os.environ["COMMSCOPE_TEST_STORE"], world_size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    return "initialized"
+
+
+def test_a_group_the_recorder_misses_stops_the_job_in_strict_mode(tmp_path):
+    [result] = run_ranks(_missed_splice, 1, tmp_path, True, init=False, check=False)
+    assert result.error and "RecorderUnsupported" in result.error
+    assert "without the recording class" in result.error and "NOT recorded" in result.error
+
+
+def test_without_strict_mode_the_job_goes_on_with_an_error_logged(tmp_path):
+    [result] = run_ranks(_missed_splice, 1, tmp_path, False, init=False, check=False)
+    assert result.value == "initialized" and result.error is None
+
+
+def test_commscope_run_refuses_to_start(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import torch.distributed.distributed_c10d as c10d
+        def _new_process_group_helper(group_size, group_rank, global_ranks_in_group,
+                                      backend, store, **kw):
+            raise AssertionError("never reached")
+        c10d._new_process_group_helper = _new_process_group_helper
+    """))
+    script = tmp_path / "train.py"
+    script.write_text("print('the script ran')\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "commscope.flight.bootstrap", str(script)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "the script ran" not in proc.stdout
+    assert "commscope run: commscope flight cannot record on torch" in proc.stderr
