@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.commscope-installed
 
-.PHONY: demo test lint bench chromium clean
+.PHONY: demo test test-matrix lint bench chromium clean
 
 $(STAMP): pyproject.toml setup.py Makefile commscope/analyze/_fastread.c commscope/flight/_stack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "could not install chromium: browser tests will be skipped"; \
 	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
+
+# Not part of `make test`: the suite on Python 3.10-3.13 x torch 2.6 / 2.13 / 2.14.1, one
+# venv each under .venv-matrix (PyPI's torch wheels are CUDA builds: GBs of downloads).
+# Narrow it: make test-matrix MATRIX="--python 3.12 --torch 2.13.0 --suite sensitive"
+test-matrix: $(STAMP)
+	$(PY) tests/matrix.py $(MATRIX)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -283,8 +283,8 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             name=GATHER,
-            eager_functions=("gather", "gather_object"),
-            c10d_ops=("gather_",),
+            eager_functions=("gather", "gather_object", "gather_into_tensor"),
+            c10d_ops=("gather_", "gather_into_tensor_"),  # the second: torch 2.14
             functional_ops=(),
             autograd_functional_ops=(),
             process_group_methods=("gather",),
@@ -485,6 +485,7 @@ _dtype(2, "Half", "float16", "half")
 _dtype(4, "Float", "float32", "float")
 _dtype(8, "Double", "float64", "double")
 _dtype(4, "ComplexHalf", "complex32", "chalf")
+_dtype(4, "BComplex32", "bcomplex32")  # torch 2.14: complex of two bfloat16
 _dtype(8, "ComplexFloat", "complex64", "cfloat")
 _dtype(16, "ComplexDouble", "complex128", "cdouble")
 _dtype(1, "Bool", "bool")
