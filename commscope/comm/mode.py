@@ -34,16 +34,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from commscope.comm import registry, snapshot
 from commscope.comm.counts import CommCounts
 from commscope.comm.modules import BACKWARD, CHECKPOINTING, ModuleRecord, ModuleTracker
+from commscope.comm.needs import torch_internal
 from commscope.comm.trace import CollectiveRecord, CommTrace
 
 __all__ = ["CommDebugMode"]
 
 logger = logging.getLogger(__name__)
 
-_graph_task_id = torch._C._current_graph_task_id
-_current_node = torch._C._current_autograd_node
-_fake_mode = torch._C._get_dispatch_mode
-_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_graph_task_id = torch_internal("_C._current_graph_task_id")
+_current_node = torch_internal("_C._current_autograd_node")
+_fake_mode = torch_internal("_C._get_dispatch_mode")
+_FAKE = torch_internal("_C._TorchDispatchModeKey.FAKE")
 _HOP = object()
 # id(op overload) -> (None (plain op) | _HOP | registry.OpClass, callable); shared.
 _CLASSES: dict[int, tuple[Any, Any]] = {}

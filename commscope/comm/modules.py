@@ -36,7 +36,6 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
@@ -44,6 +43,7 @@ from torch.nn.modules.module import (
 from torch.utils.hooks import RemovableHandle
 
 from commscope.comm.counts import CommCounts
+from commscope.comm.needs import torch_internal
 
 __all__ = [
     "FORWARD",
@@ -67,9 +67,9 @@ COUNT_PHASES = ("forward", "backward", "after_backward")
 backward, as PyTorch counts them)."""
 _COUNT_BUCKET = (0, 1, 1, 2)
 
-_graph_task_id = torch._C._current_graph_task_id
-_current_node = torch._C._current_autograd_node
-_next_sequence_nr = torch._C._autograd._get_sequence_nr
+_graph_task_id = torch_internal("_C._current_graph_task_id")
+_current_node = torch_internal("_C._current_autograd_node")
+_next_sequence_nr = torch_internal("_C._autograd._get_sequence_nr")
 _NO_SEQUENCE = 1 << 63  # AccumulateGrad nodes carry UINT64_MAX
 
 

@@ -90,3 +90,14 @@ def test_commscope_run_refuses_to_start(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert "the script ran" not in proc.stdout
     assert "commscope run: commscope flight cannot record on torch" in proc.stderr
+
+
+def test_comm_tracing_on_a_torch_without_its_hooks_says_what_is_missing():
+    code = ("import torch; del torch._C._current_graph_task_id\n"
+            "try:\n    import commscope.comm\n"
+            "except ImportError as e:\n    print(type(e).__name__, e)\n")
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120).stdout
+    assert out.startswith("CommUnsupported commscope.comm cannot trace on torch"), out
+    assert "torch._C._current_graph_task_id is missing" in out

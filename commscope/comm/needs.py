@@ -1,0 +1,35 @@
+"""The torch internals CommDebugMode's hooks use, looked up once with a clear error.
+
+CommDebugMode reads a few private ``torch._C`` entry points (the autograd graph task and
+node, the dispatch-mode slot). On a torch without one of them, importing
+``commscope.comm`` raises :class:`CommUnsupported` naming the torch version and the
+missing name, instead of an ``AttributeError`` deep in an import or, worse, hooks that
+quietly count nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["CommUnsupported", "torch_internal"]
+
+
+class CommUnsupported(ImportError):
+    """CommDebugMode cannot trace on this torch."""
+
+
+def torch_internal(path: str) -> Any:
+    """``torch_internal("_C._current_graph_task_id")``: the object, or
+    :class:`CommUnsupported` naming what this torch lacks."""
+    obj: Any = torch
+    for part in path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CommUnsupported(
+                f"commscope.comm cannot trace on torch {torch.__version__}: torch.{path} is "
+                "missing (CommDebugMode's hooks need it). The tested versions are listed in "
+                "docs/compat.md.") from None
+    return obj
