@@ -33,7 +33,7 @@ chromium:
 		|| echo "could not install chromium: browser tests will be skipped"; \
 	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
 
-# Not part of `make test`: the suite on Python 3.10-3.13 x torch 2.6 / 2.13 / 2.14.1, one
+# Not part of `make test`: the suite on Python 3.10-3.13 x torch 2.13 / 2.14.1, one
 # venv each under .venv-matrix (PyPI's torch wheels are CUDA builds: GBs of downloads).
 # Narrow it: make test-matrix MATRIX="--python 3.12 --torch 2.13.0 --suite sensitive"
 test-matrix: $(STAMP)

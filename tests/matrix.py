@@ -26,7 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-TORCHES = ("2.6.0", "2.13.0", "2.14.1")
+TORCHES = ("2.13.0", "2.14.1")
+"""The declared range's ends (pyproject.toml). torch 2.6 was measured and fails: ask for
+it with --torch 2.6.0 to see how."""
 SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_mesh_gloo.py",
              "tests/dist/test_comm_gloo.py", "tests/unit/test_flight_record.py",
              "tests/unit/test_flight_ring.py", "tests/unit/test_flight_dump.py",
