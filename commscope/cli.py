@@ -392,19 +392,14 @@ def _address_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
-    from commscope.watch.command import resolve_address, run_watch
-    from commscope.watch.source import WatchError
+    from commscope.watch.command import run_watch
 
     if args.json and not args.once:
         raise UsageError("--json prints one snapshot: add --once")
     if args.stall_s is not None and args.stall_s <= 0:
         raise UsageError(f"--stall-s must be > 0 seconds, got {args.stall_s}")
-    try:
-        address = resolve_address(args.store, args.token, args.file)
-    except WatchError as exc:
-        if args.store:
-            raise UsageError(str(exc)) from None
-        print(f"commscope watch: {exc}", file=sys.stderr)
+    address = _job_address(args)
+    if address is None:
         return 1
     return run_watch(address, once=args.once, as_json=args.json, web=args.web,
                      host=args.host, port=args.port, stall_s=args.stall_s)
@@ -426,17 +421,28 @@ def _add_dump(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_dump(args: argparse.Namespace) -> int:
-    from commscope.watch.command import resolve_address, run_dump
+    from commscope.watch.command import run_dump
+
+    address = _job_address(args)
+    if address is None:
+        return 1
+    return run_dump(address, wait_s=args.wait_s)
+
+
+def _job_address(args: argparse.Namespace) -> Any:
+    """The running job's address from --store/--token/--file; ``None`` (after one
+    sentence on stderr) when the watch file cannot be used; a bad --store is a usage
+    error."""
+    from commscope.watch.command import resolve_address
     from commscope.watch.source import WatchError
 
     try:
-        address = resolve_address(args.store, args.token, args.file)
+        return resolve_address(args.store, args.token, args.file)
     except WatchError as exc:
         if args.store:
             raise UsageError(str(exc)) from None
-        print(f"commscope dump: {exc}", file=sys.stderr)
-        return 1
-    return run_dump(address, wait_s=args.wait_s)
+        print(f"commscope {args.command}: {exc}", file=sys.stderr)
+        return None
 
 
 # --------------------------------------------------------------------------- helpers
