@@ -39,7 +39,7 @@ from typing import Any
 
 from commscope.flight import fatal
 from commscope.flight.dump import Dumper
-from commscope.flight.publish import Publisher
+from commscope.flight.publish import Publisher, root_store
 from commscope.flight.recorder import Recorder
 
 __all__ = ["Watchdog", "REQUEST_COUNT_KEY", "request_key"]
@@ -64,9 +64,7 @@ def _private_store(store: Any) -> Any:
     TCP stores are cloned (a new connection); a FileStore is shared as it is: cloning
     one would count as an extra worker and make torch delete the file early.
     """
-    root = store
-    while hasattr(root, "underlying_store"):
-        root = root.underlying_store
+    root = root_store(store)
     if type(root).__name__ == "FileStore":
         return store
     try:

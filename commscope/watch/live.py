@@ -30,8 +30,9 @@ from typing import Any
 
 from commscope.analyze.analysis import analyze_loaded
 from commscope.analyze.extract import DumpError, extract_dump, finish_sigs
+from commscope.analyze.frames import user_frame, user_place
 from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
-from commscope.analyze.text import rank_list, ranks_phrase
+from commscope.analyze.text import frame_text, place_text, rank_list, ranks_phrase
 from commscope.watch import protocol
 from commscope.watch.source import Fetched
 
@@ -66,9 +67,6 @@ def _unfinished(rec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _where(entry: dict[str, Any]) -> str:
-    from commscope.analyze.frames import user_frame
-    from commscope.analyze.text import frame_text
-
     return frame_text(user_frame(entry.get("frames")))
 
 
@@ -90,9 +88,6 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
         pending = _unfinished(rec)
         oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
         main = (rec.get("commscope_threads") or [{}])[0]
-        from commscope.analyze.frames import user_place
-        from commscope.analyze.text import place_text
-
         place = user_place(main.get("frames")) if isinstance(main, dict) else None
         rows.append({
             "rank": r,
