@@ -18,6 +18,18 @@ import pytest
 from tests.harness import fake_world, run_ranks
 
 
+def pytest_sessionstart(session: Any) -> None:
+    """Run commscope's torch self-check once, before any rank is forked.
+
+    The first ``flight.enable()`` / ``CommDebugMode`` of a torch install runs a
+    throw-away job (a few seconds, then cached on disk); doing it here keeps that time
+    out of the timeouts of multi-rank tests, and forked ranks inherit the verdict.
+    """
+    from commscope.probe import probe
+
+    probe()
+
+
 @pytest.fixture
 def ranks(tmp_path):
     """``ranks(fn, world_size, *args, **kw)``: run ``fn`` on real gloo ranks in ``tmp_path``."""

@@ -36,6 +36,7 @@ from commscope.comm.counts import CommCounts
 from commscope.comm.modules import BACKWARD, CHECKPOINTING, ModuleRecord, ModuleTracker
 from commscope.comm.needs import torch_internal
 from commscope.comm.trace import CollectiveRecord, CommTrace
+from commscope.probe import require_comm
 
 __all__ = ["CommDebugMode"]
 
@@ -132,6 +133,7 @@ class CommDebugMode(TorchDispatchMode):
                 "this CommDebugMode is already active; nest a second CommDebugMode() "
                 "instead of entering the same one twice"
             )
+        require_comm()  # a throw-away job must be counted (once per torch install)
         self.comm_counts = CommCounts()
         self._raw = []
         self._searched: set[str] = set()

@@ -17,6 +17,7 @@ from commscope.flight.dump import Dumper, build_dump
 from commscope.flight.recorder import SLOT, Recorder
 from commscope.flight.selfcheck import check_torch
 from commscope.flight.watchdog import Watchdog
+from commscope.probe import require_flight
 
 __all__ = [
     "enable",
@@ -99,7 +100,9 @@ def enable(
 
     Returns the settings in force. Raises ``ValueError`` for an invalid setting and
     :class:`~commscope.flight.selfcheck.RecorderUnsupported` when the installed torch
-    cannot be recorded (the message names its version and what is missing).
+    cannot be recorded (the message names its version and what is missing): the code
+    is checked, and the first call on a torch install runs a throw-away one-rank job
+    that must be recorded (:mod:`commscope.probe`; a few seconds, then cached).
     """
     cfg = resolve_config(
         buffer_size=buffer_size,
@@ -118,6 +121,7 @@ def enable(
     )
     if cfg.buffer_size:
         check_torch()  # raises RecorderUnsupported, naming what this torch lacks
+        require_flight()  # a throw-away job must record (cached per torch install)
     if cfg.timing:
         # NCCL times its own works only with this set when a group is created; then
         # duration_ms is the device time. An explicit "0" from the user is kept.

@@ -101,3 +101,112 @@ def test_comm_tracing_on_a_torch_without_its_hooks_says_what_is_missing():
                          env=env, timeout=120).stdout
     assert out.startswith("CommUnsupported commscope.comm cannot trace on torch"), out
     assert "torch._C._current_graph_task_id is missing" in out
+
+
+# ---------------------------------------------------------------- the dynamic probe
+# A torch can keep every name the code check looks for and still route a collective
+# past the recording group or past the dispatch mode. These tests make such a torch
+# with a sitecustomize and check that a throw-away job catches it.
+
+BYPASS_RECORDER = """
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+def all_reduce(tensor, op=c10d.ReduceOp.SUM, group=None, async_op=False):
+    # a torch that calls the backend directly, past the group object
+    group = group or c10d._get_default_group()
+    opts = c10d.AllreduceOptions()
+    opts.reduceOp = op
+    work = group._get_backend(tensor.device).allreduce([tensor], opts)
+    if async_op:
+        return work
+    work.wait()
+
+c10d.all_reduce = dist.all_reduce = all_reduce
+"""
+
+HIDE_FROM_DISPATCH = """
+import torch
+import torch.distributed._functional_collectives as funcol
+
+_all_reduce = funcol.all_reduce
+
+def all_reduce(*args, **kwargs):
+    # a torch whose functional collectives run below Python dispatch modes
+    with torch._C._DisableTorchDispatch():
+        return _all_reduce(*args, **kwargs)
+
+funcol.all_reduce = all_reduce
+"""
+
+
+def _python(tmp_path, site: str | None, code: str, *args: str) -> subprocess.CompletedProcess:
+    paths = [REPO]
+    if site is not None:
+        (tmp_path / "site").mkdir(exist_ok=True)
+        (tmp_path / "site" / "sitecustomize.py").write_text(site)
+        paths.insert(0, str(tmp_path / "site"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1",
+           "COMMSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("COMMSCOPE_SELFCHECK", None)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, env=env, timeout=240)
+
+
+def test_the_probe_passes_on_this_torch():
+    from commscope.probe import probe
+
+    result = probe(use_cache=False)
+    assert result.error is None
+    assert result.flight_ok and result.comm_ok, result
+    assert result.torch_version == torch.__version__
+
+
+ENABLE = ("import commscope.flight as f\n"
+          "try:\n    f.enable(watchdog=False, handle_signals=False)\n"
+          "except Exception as e:\n    print(type(e).__name__, e)\nelse:\n"
+          "    print('enabled', f.is_enabled())\n")
+
+
+def test_a_passing_verdict_is_cached_and_read_back(tmp_path):
+    first = _python(tmp_path, None, ENABLE)
+    assert first.stdout.strip() == "enabled True", first.stderr
+    [cached] = list((tmp_path / "cache").glob("selfcheck-*.json"))
+    code = "from commscope.probe import probe; print(probe().cached)"
+    assert _python(tmp_path, None, code).stdout.strip() == "True"
+    cached.unlink()
+    assert _python(tmp_path, None, code).stdout.strip() == "False"
+
+
+def test_enable_refuses_a_torch_that_routes_collectives_past_the_recorder(tmp_path):
+    out = _python(tmp_path, BYPASS_RECORDER, ENABLE)
+    text = out.stdout.strip()
+    assert text.startswith("RecorderUnsupported commscope flight cannot record on torch "
+                           f"{torch.__version__}: a throw-away one-rank job recorded "
+                           "nothing for dist.all_reduce;"), (text, out.stderr)
+    assert "dist.broadcast" not in text  # only what is really missing is named
+    assert "recording was not started" in text and "docs/compat.md" in text
+    assert not list((tmp_path / "cache").glob("selfcheck-*.json"))  # failures not cached
+
+
+def test_commscope_run_refuses_a_torch_that_records_nothing(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('the script ran')\n")
+    code = "from commscope.flight.bootstrap import main; main()"
+    out = _python(tmp_path, BYPASS_RECORDER, code, str(script))
+    assert out.returncode == 3, out.stderr
+    assert "the script ran" not in out.stdout
+    assert "commscope run: commscope flight cannot record on torch" in out.stderr
+
+
+def test_comm_debug_mode_refuses_a_torch_whose_collectives_it_cannot_see(tmp_path):
+    code = ("from commscope.comm import CommDebugMode\n"
+            "try:\n    CommDebugMode().__enter__()\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    out = _python(tmp_path, HIDE_FROM_DISPATCH, code)
+    text = out.stdout.strip()
+    assert text.startswith(f"CommUnsupported commscope.comm cannot trace on torch "
+                           f"{torch.__version__}: a throw-away one-rank job's CommDebugMode "
+                           "missed functional all_reduce."), (text, out.stderr)
+    # the recorder is not affected by what hides collectives from dispatch modes
+    assert _python(tmp_path, HIDE_FROM_DISPATCH, ENABLE).stdout.strip() == "enabled True"
