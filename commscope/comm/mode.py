@@ -31,7 +31,8 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from commscope.comm import registry, snapshot
+from commscope import collectives
+from commscope.comm import hooks, pipeline, registry, snapshot
 from commscope.comm.counts import CommCounts
 from commscope.comm.modules import BACKWARD, CHECKPOINTING, ModuleRecord, ModuleTracker
 from commscope.comm.needs import torch_internal
@@ -51,6 +52,7 @@ _HOP = object()
 _CLASSES: dict[int, tuple[Any, Any]] = {}
 _KEEP: list[Any] = []
 _COUNT_BUCKET = (0, 1, 1, 2)
+_P2P = frozenset({collectives.SEND, collectives.RECV})
 
 
 def _skip_dynamo(code: Any) -> bool:
@@ -141,11 +143,16 @@ class CommDebugMode(TorchDispatchMode):
         self._rank = self._world_size = None
         self._axis_by_group = None
         self._tracker.enter()
+        self._tracker.watch_backward = not self.record_ops
         try:
-            super().__enter__()
+            if self.record_ops:
+                super().__enter__()
+            else:  # collectives only: hooks where they enter torch.distributed
+                hooks.attach(self)
         except BaseException:
             self._tracker.exit()
             raise
+        pipeline.attach()
         self._active = True
         return self
 
@@ -155,7 +162,11 @@ class CommDebugMode(TorchDispatchMode):
             self._tracker.exit()
         finally:
             self._active = False
-            super().__exit__(*exc)
+            pipeline.detach()
+            if self.record_ops:
+                super().__exit__(*exc)
+            else:
+                hooks.detach(self)
 
     # ------------------------------------------------------------------ capture
 
@@ -203,19 +214,27 @@ class CommDebugMode(TorchDispatchMode):
         return out
 
     def _count(
-        self, cls: registry.OpClass, rec: ModuleRecord, phase: int, args: Any, kwargs: Any, out: Any
+        self, cls: registry.OpClass, rec: ModuleRecord, phase: int, args: Any, kwargs: Any,
+        out: Any, group: Any = None,
     ) -> None:
         try:
             nbytes, dtype = registry.payload(cls, args, kwargs, out)
         except Exception as exc:  # never let bookkeeping break the user's job
             logger.debug("cannot size %s: %s", cls.key, exc)
             nbytes, dtype = 0, ""
-        group_value = None
-        if 0 <= cls.group_arg < len(args):
+        group_value = group
+        if group is not None:
+            pass
+        elif 0 <= cls.group_arg < len(args):
             group_value = args[cls.group_arg]
         elif kwargs and cls.group_arg >= 0:
             group_value = kwargs.get(cls.arg_names[cls.group_arg])
-        self._add(cls, rec, phase, nbytes, dtype, group_value)
+        stage = None
+        if cls.collective in _P2P and args:  # a pipeline stage's send/recv: see pipeline.py
+            found = pipeline.attribute(self._tracker, args[0])
+            if found is not None:
+                rec, phase, stage = found
+        self._add(cls, rec, phase, nbytes, dtype, group_value, stage)
 
     def _count_batch(
         self, batch: registry.BatchP2P, rec: ModuleRecord, phase: int, args: Any, kwargs: Any
@@ -225,12 +244,39 @@ class CommDebugMode(TorchDispatchMode):
         except Exception as exc:  # never let bookkeeping break the user's job
             logger.debug("cannot read batch_p2p_ops arguments: %s", exc)
             return
-        for cls, nbytes, dtype in items:
-            self._add(cls, rec, phase, nbytes, dtype, group_value)
+        tensors = pipeline.batch_tensors(args, kwargs) if pipeline.installed() else ()
+        for i, (cls, nbytes, dtype) in enumerate(items):
+            found = pipeline.attribute(self._tracker, tensors[i]) if i < len(tensors) else None
+            if found is None:
+                self._add(cls, rec, phase, nbytes, dtype, group_value)
+            else:
+                self._add(cls, found[0], found[1], nbytes, dtype, group_value, found[2])
+
+    def _locate(self) -> tuple[ModuleRecord, int]:
+        """The module and phase a collective issued right now belongs to (hooked path)."""
+        tracker = self._tracker
+        if _graph_task_id() == -1:
+            return tracker.top, tracker.top_phase
+        node = _current_node()
+        if node is tracker.last_node and node is not None and not tracker.stack:
+            return tracker.last_owner, BACKWARD
+        return tracker.backward_owner(node)
+
+    def _count_hooked(self, cls: registry.OpClass, args: tuple[Any, ...],
+                      kwargs: dict[str, Any] | None, out: Any, group: Any) -> None:
+        """One collective seen by :mod:`commscope.comm.hooks` (``ops=False``)."""
+        rec, phase = self._locate()
+        self._count(cls, rec, phase, args, kwargs, out, group)
+
+    def _count_hooked_batch(self, batch: registry.BatchP2P, args: tuple[Any, ...],
+                            kwargs: dict[str, Any] | None) -> None:
+        """The sends and recvs of one hooked ``batch_p2p_ops`` call."""
+        rec, phase = self._locate()
+        self._count_batch(batch, rec, phase, args, kwargs)
 
     def _add(
         self, cls: registry.OpClass, rec: ModuleRecord, phase: int, nbytes: int, dtype: str,
-        group_value: Any,
+        group_value: Any, stage: int | None = None,
     ) -> None:
         key = cls.key
         counts = self.comm_counts
@@ -247,7 +293,9 @@ class CommDebugMode(TorchDispatchMode):
         ):
             self._searched.add(group.name)
             snapshot.find_meshes(self._tracker.meshes)
-        self._raw.append((cls, rec.fqn, bucket, phase == CHECKPOINTING, nbytes, dtype, group))
+        self._raw.append(
+            (cls, rec.fqn, bucket, phase == CHECKPOINTING, nbytes, dtype, group, stage)
+        )
         self._records = None
 
     # ------------------------------------------------------------------ PyTorch's API

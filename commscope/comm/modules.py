@@ -143,6 +143,8 @@ class ModuleTracker:
         self._param_owner: dict[int, ModuleRecord] = {}
         self.last_node: Any = None
         self.last_owner: ModuleRecord = self.global_record
+        self.watch_backward = False
+        """Set by collectives-only capture: see :meth:`_watch_backward`."""
         self.meshes: dict[int, Any] = {}
         self.last_mesh: Any = None
 
@@ -277,10 +279,30 @@ class ModuleTracker:
 
     def _global_post_hook(self, mod: Any, args: Any, output: Any) -> None:
         if mod not in self._local:
+            if self.watch_backward:
+                self._watch_backward(mod, output)
             self._pop(mod)
 
     def _local_post_hook(self, mod: Any, args: Any, output: Any) -> None:
+        if self.watch_backward:
+            self._watch_backward(mod, output)
         self._pop(mod)
+
+    def _watch_backward(self, mod: Any, output: Any) -> None:
+        """Collectives-only capture sees no ops, so it cannot tell which node ran last
+        when a collective runs in backward outside every node (FSDP2's end-of-backward
+        callback). A pre-hook on the node of the module's output tells it instead: the
+        module whose backward began last. No op is added to the graph."""
+        if isinstance(output, (tuple, list)) and output:
+            output = output[0]
+        fn = getattr(output, "grad_fn", None)
+        rec = self._by_module.get(mod)
+        if fn is None or rec is None:
+            return
+        try:
+            fn.register_prehook(_BackwardBegan(self, rec))
+        except (AttributeError, RuntimeError):
+            pass
 
     def _pop(self, mod: Any) -> None:
         rec = self._by_module.get(mod)
@@ -440,6 +462,22 @@ class ModuleTracker:
 
 
 _TYPE_NAMES: dict[type, str] = {}
+
+
+class _BackwardBegan:
+    """Node pre-hook: ``rec``'s backward has begun (see ``ModuleTracker._watch_backward``)."""
+
+    __slots__ = ("rec", "tracker")
+
+    def __init__(self, tracker: ModuleTracker, rec: ModuleRecord) -> None:
+        self.tracker = tracker
+        self.rec = rec
+
+    def __call__(self, grad_outputs: Any) -> None:
+        tracker = self.tracker
+        if tracker.active and tracker.watch_backward:
+            tracker.last_node = None
+            tracker.last_owner = self.rec
 
 
 def _type_name(cls: type) -> str:

@@ -73,9 +73,11 @@ class OpClass:
 def _legacy_packet(name: str) -> Any:
     """The legacy ``torch.ops.c10d_functional.<name>`` packet, or ``None`` if torch lacks it."""
     try:
-        return getattr(torch.ops.c10d_functional, name)
+        packet = getattr(torch.ops.c10d_functional, name)
     except (AttributeError, RuntimeError):
         return None
+    # while collectives-only capture is on, the namespace holds a counting proxy
+    return getattr(packet, "__wrapped__", packet)
 
 
 def classify(func: Any) -> OpClass | None:

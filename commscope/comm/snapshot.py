@@ -87,7 +87,7 @@ def build_records(raw: list[tuple[Any, ...]], axes: dict[str, str]) -> list[Coll
     the block that owns the group, else ``None``.
     """
     records = []
-    for i, (cls, fqn, bucket, ckpt, nbytes, dtype, group) in enumerate(raw):
+    for i, (cls, fqn, bucket, ckpt, nbytes, dtype, group, stage) in enumerate(raw):
         axis = None
         if group.desc.startswith("mesh_") and group.desc != "mesh_default":
             axis = group.desc[len("mesh_") :]
@@ -107,6 +107,7 @@ def build_records(raw: list[tuple[Any, ...]], axes: dict[str, str]) -> list[Coll
                 group_size=group.size,
                 axis=axis,
                 checkpointing=ckpt,
+                stage=stage,
             )
         )
     return records

@@ -68,6 +68,9 @@ class CollectiveRecord:
     """Mesh axis of the group (``tp``); ``None`` when the group is not a mesh axis."""
     checkpointing: bool = False
     """True when issued while a forward was recomputed inside backward."""
+    stage: int | None = None
+    """Pipeline stage index of a send/recv issued by a ``torch.distributed.pipelining``
+    schedule (then ``module`` is ``pipeline stage N``); ``None`` otherwise."""
 
     def estimated_us(self, busbw_gbps: float) -> float:
         """Estimated time at a bus bandwidth in decimal GB/s (nccl-tests model)."""

@@ -145,6 +145,13 @@ def _calls(rank: int, world_size: int):
     }
 
 
+def _same_capture(full, hooked) -> str | None:
+    """None when ops=False captured exactly what the dispatch mode did, else the difference."""
+    a = (full.get_comm_counts(), full.comm_module_counts, full.records)
+    b = (hooked.get_comm_counts(), hooked.comm_module_counts, hooked.records)
+    return None if a == b else f"dispatch mode {a} != ops=False {b}"
+
+
 def _probe_rank(rank: int, world_size: int) -> dict:
     warnings.simplefilter("ignore")
     from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
@@ -157,7 +164,10 @@ def _probe_rank(rank: int, world_size: int) -> dict:
             call()
         with CommDebugMode() as ours:
             call()
+        with CommDebugMode(ops=False) as hooked:  # no dispatch mode: hooks at the entry
+            call()
         out[name] = {
+            "hooked": _same_capture(ours, hooked),
             "theirs": {str(k): v for k, v in theirs.get_comm_counts().items() if v},
             "ours": {str(k): v for k, v in ours.get_comm_counts().items() if v},
             "bytes": [r.bytes for r in ours.records],
@@ -176,6 +186,7 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
     }
     for rank, res in enumerate(results):
         for name, got in res.items():
+            assert got["hooked"] is None, (rank, name, got["hooked"])
             if name in not_counted_by_pytorch:
                 assert got["theirs"] == {}, name
                 assert got["ours"] == not_counted_by_pytorch[name], name

@@ -44,14 +44,22 @@ def _module_counts(cm):
 
 
 def _run_both(build, step):
+    """PyTorch's mode and ours on the same model; ours also with ``ops=False`` (no
+    dispatch mode at all), which must capture exactly the same collectives."""
     result = {}
-    for cls in (TorchCommDebugMode, CommDebugMode):
+    for name, make in (("torch", TorchCommDebugMode), ("ours", CommDebugMode),
+                       ("hooked", lambda: CommDebugMode(ops=False))):
         model, inp = build()
-        cm = cls()
+        cm = make()
         with cm:
             step(model, inp)
-        result[cls] = cm
-    return result[TorchCommDebugMode], result[CommDebugMode]
+        result[name] = cm
+    ours, hooked = result["ours"], result["hooked"]
+    assert hooked.get_total_counts() == ours.get_total_counts() > 0
+    assert _counts(hooked) == _counts(ours)
+    assert hooked.comm_module_counts == ours.comm_module_counts
+    assert hooked.records == ours.records
+    return result["torch"], ours
 
 
 def _forward(model, inp):
