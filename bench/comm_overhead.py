@@ -6,11 +6,15 @@ cannot run two steps in one block); the variants take turns trial by trial, so a
 neighbour slows them all alike. Medians are reported, with each variant's ratio to plain
 and ours relative to PyTorch.
 
-Variants: ``plain`` (no mode), ``pytorch`` (torch.distributed.tensor.debug.CommDebugMode),
-``ours`` (commscope.comm.CommDebugMode, everything captured: ops, modules, collectives with
-bytes and groups) and ``ours_ops=False`` (collectives and modules only).
+Variants: ``plain`` (no mode), ``bare_dispatch`` (a dispatch mode that only forwards
+ops: the floor of any dispatch-mode tool), ``pytorch``
+(torch.distributed.tensor.debug.CommDebugMode), ``ours`` (commscope.comm.CommDebugMode,
+everything captured: ops, modules, collectives with bytes and groups) and
+``ours_ops=False`` (collectives and modules only, no dispatch mode: hooks where
+collectives enter torch.distributed).
 
-Steps: TP MLP forward, TP MLP forward+backward, 2-layer TP Transformer forward+backward.
+Steps: TP MLP forward, TP MLP forward+backward, 2-layer TP Transformer forward+backward,
+and a whole training step of it (forward, backward, AdamW step).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/comm_overhead.py [--scale 0.2] [--json out.json]
 """
@@ -37,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 warnings.simplefilter("ignore")
 
@@ -48,10 +53,18 @@ def _variants() -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
 
     return {
         "plain": contextlib.nullcontext,
+        "bare_dispatch": _BareDispatch,
         "pytorch": TorchCommDebugMode,
         "ours": CommDebugMode,
         "ours_ops=False": lambda: CommDebugMode(ops=False),
     }
+
+
+class _BareDispatch(TorchDispatchMode):
+    """A dispatch mode that only forwards every op: the floor of any dispatch-mode tool."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 def _steps(mesh) -> dict[str, tuple[Callable[[], None], int]]:
@@ -73,10 +86,19 @@ def _steps(mesh) -> dict[str, tuple[Callable[[], None], int]]:
         transformer(tokens).sum().backward()
         transformer.zero_grad(set_to_none=True)
 
+    trained = tp_transformer(mesh)
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4, foreach=False)
+
+    def training_step() -> None:
+        trained(tokens).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     return {
         "TP MLP forward": (mlp_forward, 600),
         "TP MLP forward+backward": (mlp_forward_backward, 300),
         "TP Transformer (2 layers) forward+backward": (transformer_forward_backward, 100),
+        "TP Transformer (2 layers) training step (AdamW)": (training_step, 60),
     }
 
 

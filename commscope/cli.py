@@ -210,6 +210,116 @@ def _run_view(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- diff
+
+
+def _add_diff(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="compare two comm-trace JSON dumps: what a change added to communication",
+        formatter_class=_formatter,
+        description="Compare two CommDebugMode JSON dumps (A before, B after; commscope's "
+        "or PyTorch's) per module, phase, collective and mesh axis: calls and bytes on "
+        "each side, the change, and the estimated time change at a bus bandwidth "
+        "(nccl-tests model, decimal GB/s), biggest change first. Each collective counts "
+        "once, at the module it is charged to. PyTorch's dumps have counts only: their "
+        "bytes and axes show as '?'. Exit status: 0, or 1 when --fail-on-increase trips, "
+        "2 for unreadable input.",
+        epilog="examples:\n"
+        "  commscope diff before.json after.json\n"
+        "  commscope diff before.json after.json --html diff.html --bandwidth-gbps 400\n"
+        "  commscope diff before.json after.json --json --all\n"
+        "  commscope diff main.json pr.json --fail-on-increase 5   # in CI",
+    )
+    p.add_argument("a", metavar="A", help="the dump before the change")
+    p.add_argument("b", metavar="B", help="the dump after the change")
+    p.add_argument("--json", action="store_true",
+                   help="print the comparison as JSON (format commscope.comm.diff/1)")
+    p.add_argument("--bandwidth-gbps", type=float, default=100.0, metavar="GBPS",
+                   help="bus bandwidth for time estimates, decimal GB/s (default: 100)")
+    p.add_argument("--all", action="store_true", help="also show rows that did not change")
+    p.add_argument("--html", metavar="OUT", help="also write an offline page showing A and "
+                   "B side by side, changes highlighted")
+    p.add_argument("--fail-on-increase", type=float, metavar="PCT",
+                   help="exit 1 when B's total estimated time (its link traffic: bytes x "
+                   "bus-bandwidth factor) exceeds A's by more than PCT percent; total calls "
+                   "when a dump is PyTorch's")
+    p.set_defaults(run=_run_diff)
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    import json
+    import math
+
+    from commscope.comm.compare import diff
+    from commscope.comm.compare_report import diff_to_json, format_diff, growth_text
+    from commscope.comm.compare_types import DiffInputError
+    from commscope.comm.compare_viewer import write_diff_viewer
+    from commscope.console import use_rich
+
+    if not (args.bandwidth_gbps > 0 and math.isfinite(args.bandwidth_gbps)):
+        raise UsageError(f"--bandwidth-gbps must be a number > 0, got {args.bandwidth_gbps}")
+    limit = args.fail_on_increase
+    if limit is not None and not (limit >= 0 and math.isfinite(limit)):
+        raise UsageError(f"--fail-on-increase must be a percentage >= 0, got {limit}")
+    try:
+        d = diff(args.a, args.b, bandwidth_gbps=args.bandwidth_gbps)
+    except DiffInputError as exc:
+        raise UsageError(str(exc)) from None
+    if args.html:
+        try:
+            write_diff_viewer(args.html, d)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.html}: {exc}") from None
+    if args.json:
+        print(json.dumps(diff_to_json(d, unchanged=args.all), indent=2))
+    elif use_rich(sys.stdout):
+        _print_diff_rich(d, args.all)
+    else:
+        print(format_diff(d, unchanged=args.all, hint="--all to show"), end="")
+    if args.html:
+        print(f"wrote {args.html}", file=sys.stderr if args.json else sys.stdout)
+    if limit is not None and d.growth().percent > limit:
+        print(f"commscope diff: {growth_text(d)}, more than --fail-on-increase {limit:g}%",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_diff_rich(d: Any, unchanged: bool) -> None:
+    """The diff on a terminal: a rich table at its natural width (never cropped),
+    numbers right-aligned, increases red, decreases green."""
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from commscope.comm.compare_report import diff_columns, diff_parts
+
+    columns = diff_columns(d)
+    heading, rows, _, rest = diff_parts(d, unchanged=unchanged, hint="--all to show")
+    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+    width = max(shutil.get_terminal_size().columns, sum(widths) + 2 * len(widths))
+    con = Console(file=sys.stdout, highlight=False, width=width)
+    con.print(Text("\n".join(heading)))
+    if rows:
+        table = Table(box=None, pad_edge=False, show_edge=False)
+        for i, name in enumerate(columns):
+            table.add_column(name, justify="left" if i < 4 else "right", no_wrap=True)
+        for row in rows:
+            cells = []
+            for name, text in zip(columns, row):
+                style = ""
+                if "+/-" in name and text[:1] in ("+", "-"):
+                    style = "red" if text[0] == "+" else "green"
+                cells.append(Text(text, style=style))
+            table.add_row(*cells)
+        con.print(table)
+        con.print()
+    con.print(Text("\n".join(rest)))
+
+
 # --------------------------------------------------------------------------- analyze
 
 
@@ -474,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_mesh(sub)
     _add_view(sub)
+    _add_diff(sub)
     _add_analyze(sub)
     _add_run(sub)
     _add_watch(sub)

@@ -14,7 +14,11 @@ through, so ops that are not collectives run at full speed:
    and FSDP call. The packet attribute on its ``torch.ops`` namespace is swapped for a
    proxy that counts and calls through; everything else (``.default``, schemas) is the
    packet's own.
-3. **Nesting**: a collective issued inside a counted one (``shard_dim_alltoall``'s
+3. **torch.compile**: while dynamo traces, the hooks step aside, so a graph holds
+   torch's own op and no bookkeeping (no graph break). The compiled code calls the op
+   directly afterwards, so collectives inside compiled regions are **not** counted in
+   this mode; the full mode (``ops=True``) counts them.
+4. **Nesting**: a collective issued inside a counted one (``shard_dim_alltoall``'s
    all-gather on CPU, a recording group's plain twin) is not counted again; a
    thread-local depth says so.
 
@@ -70,8 +74,11 @@ PG_METHOD_OPS: dict[str, str] = {
     "recv_anysource": "recv_any_source_",
 }
 """``ProcessGroup`` method -> the ``c10d`` op it dispatches to (and is counted under)."""
-_PACKET_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional",
-                      "_c10d_functional_autograd", "_dtensor")
+_PACKET_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "_dtensor")
+"""Namespaces whose packets Python code calls (funcol, DTensor, FSDP, compiled graphs
+replayed eagerly). ``torch.ops.c10d.*`` is what the process-group methods dispatch to from
+C++, and the legacy ``c10d_functional`` namespace has no Python callers in torch 2.13:
+swapping their packets too would double the cost of entering the block for nothing."""
 
 
 class HookedMode(Protocol):
@@ -92,6 +99,8 @@ class _State(threading.local):
 
 
 _tls = _State()
+_compiling = torch.compiler.is_compiling
+"""Dynamo traces through the hooks: it must see torch's own call and no bookkeeping."""
 _lock = threading.Lock()
 _modes: list[HookedMode] = []
 _saved_methods: dict[str, Any] = {}
@@ -110,7 +119,7 @@ def _notify(cls: registry.OpClass, args: tuple[Any, ...], kwargs: dict[str, Any]
 def _hook_method(original: Any, cls: registry.OpClass) -> Any:
     def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
         tls = _tls
-        if tls.depth or not _modes:
+        if tls.depth or not _modes or _compiling():
             return original(self, *args, **kwargs)
         tls.depth += 1
         try:
@@ -129,7 +138,7 @@ def _hook_method(original: Any, cls: registry.OpClass) -> Any:
 class _CountingPacket:
     """Stands in for one ``OpOverloadPacket``: counts calls, delegates everything else."""
 
-    __slots__ = ("_batch", "_cls", "_packet")
+    # No __slots__: dynamo guards on the ``__dict__`` of what it traces through.
 
     def __init__(self, packet: Any, cls: registry.OpClass | None,
                  batch: registry.BatchP2P | None) -> None:
@@ -139,7 +148,7 @@ class _CountingPacket:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tls = _tls
-        if tls.depth or not _modes:
+        if tls.depth or not _modes or _compiling():
             return self._packet(*args, **kwargs)
         tls.depth += 1
         try:
@@ -168,19 +177,25 @@ class _CountingPacket:
         return repr(self._packet)
 
 
-def _install() -> None:
+_plan: tuple[list[tuple[str, Any, Any]], list[tuple[Any, str, Any, Any]]] | None = None
+
+
+def _make_plan() -> tuple[list[tuple[str, Any, Any]], list[tuple[Any, str, Any, Any]]]:
+    """What to swap, worked out once per process: ``(method, torch's, ours)`` for the
+    process-group methods and ``(namespace, name, torch's packet, proxy)`` for packets.
+
+    Every packet is classified before any is swapped: classifying reads the legacy
+    packets (the keys), which must be torch's own, never a proxy of ours.
+    """
+    methods = []
     for method, op_name in PG_METHOD_OPS.items():
         original = ProcessGroup.__dict__.get(method)
         packet = getattr(torch.ops.c10d, op_name, None) if original is not None else None
         func = getattr(packet, "default", None)
         cls = registry.classify(func) if func is not None else None
-        if cls is None:
-            continue
-        _saved_methods[method] = original
-        setattr(ProcessGroup, method, _hook_method(original, cls))
-    # Classify every packet before swapping any: classifying reads the legacy packets
-    # (the keys), which must be torch's own, never a proxy of ours.
-    chosen = []
+        if cls is not None:
+            methods.append((method, original, _hook_method(original, cls)))
+    packets = []
     for qualified in torch._C._dispatch_get_all_op_names():
         namespace, _, name = qualified.partition("::")
         if namespace not in _PACKET_NAMESPACES or "." in name:
@@ -191,13 +206,25 @@ def _install() -> None:
             func = packet.default
         except (AttributeError, RuntimeError):
             continue
+        packet = getattr(packet, "__wrapped__", packet)
         cls = registry.classify(func)
         batch = None if cls is not None else registry.batch_p2p_class(func)
         if cls is not None or batch is not None:
-            chosen.append((space, name, packet, cls, batch))
-    for space, name, packet, cls, batch in chosen:
+            packets.append((space, name, packet, _CountingPacket(packet, cls, batch)))
+    return methods, packets
+
+
+def _install() -> None:
+    global _plan
+    if _plan is None:
+        _plan = _make_plan()
+    methods, packets = _plan
+    for method, original, hooked in methods:
+        _saved_methods[method] = original
+        setattr(ProcessGroup, method, hooked)
+    for space, name, packet, proxy in packets:
         _saved_packets.append((space, name, packet))
-        setattr(space, name, _CountingPacket(packet, cls, batch))
+        setattr(space, name, proxy)
 
 
 def _uninstall() -> None:

@@ -440,3 +440,125 @@ def test_a_modules_own_forward_hooks_count_for_it(world):
         model(torch.randn(2, 4))
     assert _hook_snapshot(model) == before
     handle.remove()
+
+
+# ------------------------------------------------- collectives-only capture (ops=False)
+# No dispatch mode at all: hooks where collectives enter torch.distributed. It must
+# capture exactly what the full mode does (counts, per-module counts, records).
+
+
+class _CheckpointedComm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Comm()
+        self.outer = Parent()
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.outer(checkpoint(self.inner, x, use_reentrant=False))
+
+
+def _scenario_module_twice():
+    model, x = Comm(), torch.randn(2, 4)
+    model(x)
+    model(x)
+
+
+def _scenario_training_loop():
+    model, x = Parent(), torch.randn(2, 4, requires_grad=True)
+    for _ in range(3):
+        model(x).sum().backward()
+
+
+def _scenario_before_during_after_backward():
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    Parent()(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    dist.all_reduce(t)
+    dist.barrier()
+
+
+def _scenario_checkpointing():
+    _CheckpointedComm()(torch.randn(2, 4, requires_grad=True)).sum().backward()
+
+
+def _scenario_shared():
+    Shared()(torch.randn(2, 4))
+
+
+SCENARIOS = {
+    "module twice": _scenario_module_twice,
+    "training loop": _scenario_training_loop,
+    "before, during and after backward": _scenario_before_during_after_backward,
+    "activation checkpointing": _scenario_checkpointing,
+    "shared submodule": _scenario_shared,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_collectives_only_capture_matches_the_full_mode(world, name):
+    from commscope.comm import hooks
+
+    captured = []
+    for ops in (True, False):
+        torch.manual_seed(0)
+        with CommDebugMode(ops=ops) as cm:
+            assert hooks.attached() is (not ops)
+            SCENARIOS[name]()
+        assert not hooks.attached()
+        captured.append((dict(cm.get_comm_counts()), cm.comm_module_counts, cm.records))
+    full, hooked = captured
+    assert sum(full[0].values()) > 0
+    assert hooked == full
+
+
+def test_collectives_only_capture_pushes_no_dispatch_mode(world):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    with CommDebugMode(ops=False) as cm:
+        assert _get_current_dispatch_mode_stack() == []
+        Comm()(torch.randn(2, 4))
+    assert cm.get_comm_counts()["all_reduce"] == 1
+
+
+def test_collectives_only_capture_restores_torch_after_an_exception(world):
+    from torch._C._distributed_c10d import ProcessGroup
+
+    from commscope.comm import hooks
+
+    packet = torch.ops._c10d_functional.all_reduce
+    method = ProcessGroup.allreduce
+    with pytest.raises(RuntimeError, match="boom"), CommDebugMode(ops=False):
+        assert torch.ops._c10d_functional.all_reduce is not packet
+        raise RuntimeError("boom")
+    assert torch.ops._c10d_functional.all_reduce is packet
+    assert ProcessGroup.allreduce is method and not hooks.attached()
+
+
+def test_nested_collectives_only_modes_each_count_once(world):
+    with CommDebugMode(ops=False) as outer:
+        Comm()(torch.randn(2, 4))
+        with CommDebugMode(ops=False) as inner, CommDebugMode() as full:
+            Comm()(torch.randn(2, 4))
+    assert outer.get_total_counts() == 2
+    assert inner.get_total_counts() == full.get_total_counts() == 1
+
+
+def test_torch_compile_inside_collectives_only_capture(world):
+    # Dynamo traces through the hooks without a graph break; the compiled code then
+    # calls the op directly, so it is not counted in this mode (docs/comm.md says so).
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    def f(x):
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+    compiled = torch.compile(f, backend="aot_eager")
+    with CommDebugMode(ops=False) as cm:
+        out = compiled(torch.ones(4))
+        Comm()(torch.randn(2, 4))  # eager code around it is counted
+    assert out.shape == (4,)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert cm.get_total_counts() == 1
+    torch._dynamo.reset()
