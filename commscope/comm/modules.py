@@ -293,11 +293,15 @@ class ModuleTracker:
         when a collective runs in backward outside every node (FSDP2's end-of-backward
         callback). A pre-hook on the node of the module's output tells it instead: the
         module whose backward began last. No op is added to the graph."""
+        rec = self._by_module.get(mod)
+        if rec is None or not rec.params:
+            # Only a module with parameters of its own can own the last node of a
+            # backward (its AccumulateGrad nodes); containers need no hook.
+            return
         if isinstance(output, (tuple, list)) and output:
             output = output[0]
         fn = getattr(output, "grad_fn", None)
-        rec = self._by_module.get(mod)
-        if fn is None or rec is None:
+        if fn is None:
             return
         try:
             fn.register_prehook(_BackwardBegan(self, rec))

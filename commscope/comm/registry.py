@@ -68,6 +68,12 @@ class OpClass:
     """Names of the schema's arguments, in order (positional first)."""
     group_arg: int
     """Index of the process-group argument (a group name or a ``ProcessGroup``), or -1."""
+    output_args: tuple[int, ...] = ()
+    """Indices of the arguments the op writes (named ``output*`` or ``out``)."""
+    input_args: tuple[int, ...] = ()
+    """Indices of the other arguments that may hold tensors (the op's inputs)."""
+    message_from_output: bool = False
+    """The message size is the output's (nccl-tests convention for this collective)."""
 
 
 def _legacy_packet(name: str) -> Any:
@@ -107,7 +113,16 @@ def classify(func: Any) -> OpClass | None:
         if arg.name in ("group_name", "process_group") or type_text.endswith("ProcessGroup"):
             group_arg = i
             break
-    return OpClass(key=key, collective=collective, arg_names=arg_names, group_arg=group_arg)
+    outputs = tuple(i for i, n in enumerate(arg_names) if _is_output_name(n))
+    inputs = tuple(i for i, a in enumerate(schema.arguments)
+                   if i not in outputs and i != group_arg and "Tensor" in str(a.type))
+    return OpClass(key=key, collective=collective, arg_names=arg_names, group_arg=group_arg,
+                   output_args=outputs, input_args=inputs,
+                   message_from_output=collectives.SPECS[collective].message_from == "output")
+
+
+def _is_output_name(name: str) -> bool:
+    return name.startswith("output") or name == "out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,15 +298,24 @@ def payload(
         return 0, ""
     inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
-    named = list(zip(cls.arg_names, args))
+    n = len(args)
+    if cls.input_args or cls.output_args:  # the schema's tensor arguments, by position
+        for i in cls.output_args:
+            if i < n:
+                outputs.extend(_tensors(args[i]))
+        for i in cls.input_args:
+            if i < n:
+                inputs.extend(_tensors(args[i]))
+        extra = args[len(cls.arg_names):]  # a caller passing more than the schema names
+    else:
+        extra = args
+    for value in extra:
+        inputs.extend(_tensors(value))
     if kwargs:
-        named.extend(kwargs.items())
-    for name, value in named:
-        target = outputs if name.startswith("output") or name == "out" else inputs
-        target.extend(_tensors(value))
+        for name, value in kwargs.items():
+            (outputs if _is_output_name(name) else inputs).extend(_tensors(value))
     if not outputs:
         outputs = list(_tensors(out))
-    spec = collectives.SPECS[cls.collective]
-    chosen = outputs if (spec.message_from == "output" and outputs) or not inputs else inputs
+    chosen = outputs if (cls.message_from_output and outputs) or not inputs else inputs
     dtype = collectives.normalize_dtype_name(str(chosen[0].dtype)) if chosen else ""
     return _nbytes(chosen), dtype
