@@ -91,3 +91,38 @@ def test_native_dumps_say_they_cannot_tell_where_a_rank_is_now():
     root = analyze(DATA / "stall_in_data_loader" / "native").findings[0]
     assert root.culprit_ranks == [3]
     assert "PyTorch-native dump carries no thread stacks" in root.message
+
+
+@pytest.mark.parametrize("name", ["pipeline_1f1b_healthy", "pipeline_drop_send"])
+def test_perfetto_joins_every_send_to_its_recv_on_real_pipelines(name, tmp_path):
+    # Real 4-stage gloo pipelines: activations flow down the stages, gradients (1F1B)
+    # back up. Every arrow leaves a send slice of its rank and lands on the matching
+    # recv slice of the peer; an unfinished send has no arrow to a recv it never met.
+    from commscope.analyze.export import perfetto_trace
+
+    trace = perfetto_trace(analyze(DATA / name / "ours"))
+    events = trace["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e.get("cat") == "p2p"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "p2p"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "p2p"}
+    assert starts and set(starts) == set(ends)
+
+    def slice_at(pid: int, ts: float) -> dict:
+        [found] = [e for e in slices if e["pid"] == pid and e["ts"] <= ts <= e["ts"] + e["dur"]]
+        return found
+
+    hops = set()
+    for i, s in starts.items():
+        f = ends[i]
+        src, dst = slice_at(s["pid"], s["ts"]), slice_at(f["pid"], f["ts"])
+        assert src["name"].removeprefix("STUCK ") == f"send → {f['pid']}"
+        assert dst["name"].removeprefix("STUCK ") == f"recv ← {s['pid']}"
+        assert src["args"]["sizes"] == dst["args"]["sizes"]
+        hops.add((s["pid"], f["pid"]))
+    sends = sum(1 for e in slices if e["name"].removeprefix("STUCK ").startswith("send"))
+    recvs = sum(1 for e in slices if e["name"].removeprefix("STUCK ").startswith("recv"))
+    assert len(starts) <= min(sends, recvs)  # each op is joined at most once
+    assert {(0, 1), (1, 2), (2, 3)} <= hops  # activations, stage by stage
+    if name == "pipeline_1f1b_healthy":
+        assert {(3, 2), (2, 1), (1, 0)} <= hops  # gradients back up
+        assert len(starts) == sends == recvs  # every op paired in a healthy job
