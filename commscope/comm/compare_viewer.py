@@ -37,7 +37,7 @@ def render_diff_viewer(d: TraceDiff, *, title: str | None = None) -> str:
     head, sep, tail = page.partition(_MARK_JS)
     # The data goes in last, into the part before the JS, so nothing in it is replaced.
     head = head.replace(_MARK_DATA, embed_json(diff_to_json(d, unchanged=True)), 1)
-    return head + _asset("diff_viewer.js") + tail if sep else head
+    return head + _asset("common.js") + _asset("diff_viewer.js") + tail if sep else head
 
 
 def write_diff_viewer(

@@ -74,7 +74,7 @@ def render_viewer(
     head, sep, tail = page.partition(_MARK_JS)
     # The data goes in last, into the part before the JS, so nothing in it is replaced.
     head = head.replace(_MARK_DATA, embed_json(payload), 1)
-    return head + _asset("comm_viewer.js") + tail if sep else head
+    return head + _asset("common.js") + _asset("comm_viewer.js") + tail if sep else head
 
 
 def write_viewer(

@@ -23,47 +23,10 @@
 
   var state = { data: null, bandwidth: 100 };
 
-  function $(id) {
-    return document.getElementById(id);
-  }
-
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    if (attrs) {
-      Object.keys(attrs).forEach(function (key) {
-        var value = attrs[key];
-        if (value === null || value === undefined) return;
-        if (key === "text") node.textContent = String(value);
-        else if (key === "className") node.className = value;
-        else node.setAttribute(key, String(value));
-      });
-    }
-    (children || []).forEach(function (child) {
-      if (child === null || child === undefined) return;
-      node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
-    });
-    return node;
-  }
-
-  function formatBytes(n) {
-    var value = Number(n) || 0;
-    var units = ["B", "KB", "MB", "GB", "TB"];
-    for (var i = 0; i < units.length; i++) {
-      if (value < 1000 || i === units.length - 1) {
-        return i === 0 ? Math.round(value) + " B" : value.toFixed(1) + " " + units[i];
-      }
-      value /= 1000;
-    }
-    return n + " B";
-  }
-
-  function formatUs(us) {
-    if (us === null || us === undefined || !isFinite(us)) return "-";
-    if (us < 0.1) return (us * 1000).toFixed(1) + " ns";
-    if (us < 10) return us.toFixed(2) + " us";
-    if (us < 10000) return us.toFixed(1) + " us";
-    return (us / 1000).toFixed(2) + " ms";
-  }
+  var $ = commscope.$;
+  var el = commscope.el;
+  var formatBytes = commscope.formatBytes;
+  var formatUs = commscope.formatUs;
 
   function estimateUs(bytes, factor) {
     if (!state.bandwidth || state.bandwidth <= 0 || factor === undefined) return null;
