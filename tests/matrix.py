@@ -30,11 +30,13 @@ TORCHES = ("2.13.0", "2.14.1")
 """The declared range's ends (pyproject.toml). torch 2.6 was measured and fails: ask for
 it with --torch 2.6.0 to see how."""
 SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_mesh_gloo.py",
-             "tests/dist/test_comm_gloo.py", "tests/unit/test_flight_record.py",
+             "tests/dist/test_comm_gloo.py", "tests/dist/test_comm_pipeline.py",
+             "tests/unit/test_flight_record.py",
              "tests/unit/test_flight_ring.py", "tests/unit/test_flight_dump.py",
              "tests/unit/test_flight_config.py", "tests/unit/test_flight_selfcheck.py",
              "tests/unit/test_mesh_layout.py", "tests/unit/test_mesh_vs_torch.py",
-             "tests/unit/test_comm_parity.py", "tests/unit/test_comm_edges.py"]
+             "tests/unit/test_comm_parity.py", "tests/unit/test_comm_edges.py",
+             "tests/unit/test_comm_pipeline_tags.py"]
 """The version-sensitive tests. The forked-rank files come first: on torch's CUDA builds
 a rank forked after the test process itself ran a backward pass cannot use autograd
 ("Autograd and Fork"), and the unit files run backward passes in-process."""
