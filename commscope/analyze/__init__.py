@@ -11,9 +11,9 @@ first; writes JSON, a Perfetto timeline and an offline HTML report. Imports no t
 
 Steps, each a module of plain functions over plain data: :mod:`~.load` (files),
 :mod:`~.extract` and :mod:`~.records` (one dump → columns), :mod:`~.match` (membership,
-alignment, p2p pairing), :mod:`~.mismatch`, :mod:`~.waits`, :mod:`~.timing` and
-:mod:`~.diagnose` (findings, verdict), :mod:`~.report`, :mod:`~.entries` and
-:mod:`~.export` (outputs),
+alignment, p2p pairing), :mod:`~.mismatch`, :mod:`~.waits`, :mod:`~.timing`,
+:mod:`~.crashes`, :mod:`~.cycles` and :mod:`~.diagnose` (findings, verdict),
+:mod:`~.report`, :mod:`~.entries` and :mod:`~.export` (outputs),
 :mod:`~.synth` (synthetic dumps for tests and benchmarks).
 """
 

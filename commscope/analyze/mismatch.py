@@ -32,7 +32,10 @@ from commscope.analyze.match import GroupView, Mismatch
 from commscope.analyze.model import Finding, Sig, Track
 from commscope.analyze.text import frame_text, ranks_phrase
 
-__all__ = ["mismatch_findings", "pending_mismatch_ranks"]
+__all__ = ["mismatch_findings", "pending_mismatch_ranks", "MISMATCH_KINDS"]
+
+MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch")
+"""The kinds of a disagreement about one call (a skipped one is a ``missing_rank``)."""
 
 _WINDOW = 8
 
