@@ -220,9 +220,13 @@ def _tested_versions() -> str:
     return "The tested versions are listed in docs/compat.md."
 
 
+_proven: set[str] = set()
+"""The parts a passing probe has cleared in this process (checked once each)."""
+
+
 def require_flight() -> None:
     """Raise ``RecorderUnsupported`` unless the probe saw every call recorded."""
-    if _skipped():
+    if "flight" in _proven or _skipped():
         return
     result = probe()
     if not result.flight_ok:
@@ -232,11 +236,12 @@ def require_flight() -> None:
             f"commscope flight cannot record on torch {result.torch_version}: a throw-away "
             f"one-rank job recorded nothing for {'; '.join(result.flight_missing)}. "
             f"Nothing would be recorded, so recording was not started. {_tested_versions()}")
+    _proven.add("flight")
 
 
 def require_comm() -> None:
     """Raise ``CommUnsupported`` unless the probe saw every collective counted."""
-    if _skipped():
+    if "comm" in _proven or _skipped():
         return
     result = probe()
     if not result.comm_ok:
@@ -246,6 +251,7 @@ def require_comm() -> None:
             f"commscope.comm cannot trace on torch {result.torch_version}: a throw-away "
             f"one-rank job's CommDebugMode missed {'; '.join(result.comm_missing)}. "
             f"{_tested_versions()}")
+    _proven.add("comm")
 
 
 # ---------------------------------------------------------------------- the child's side

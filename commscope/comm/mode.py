@@ -115,7 +115,10 @@ class CommDebugMode(TorchDispatchMode):
         self.supports_higher_order_operators = True
         self.record_ops = ops
         self.bandwidth_gbps = bandwidth_gbps
-        self.comm_counts: CommCounts = CommCounts()
+        self._comm_counts: CommCounts = CommCounts()
+        # (key, module record, phase bucket) per collective not yet rolled up into the
+        # counts: the capture only appends, :meth:`_settle` adds up when counts are read.
+        self._unsettled: list[tuple[Any, ModuleRecord, int]] = []
         self.advanced_module_tracker = ModuleTracker()
         self._tracker = self.advanced_module_tracker
         self._raw: list[tuple[Any, ...]] = []
@@ -136,14 +139,14 @@ class CommDebugMode(TorchDispatchMode):
                 "instead of entering the same one twice"
             )
         require_comm()  # a throw-away job must be counted (once per torch install)
-        self.comm_counts = CommCounts()
+        self._comm_counts = CommCounts()
+        self._unsettled = []
         self._raw = []
         self._searched: set[str] = set()
         self._records = None
         self._rank = self._world_size = None
         self._axis_by_group = None
         self._tracker.enter()
-        self._tracker.watch_backward = not self.record_ops
         try:
             if self.record_ops:
                 super().__enter__()
@@ -258,9 +261,10 @@ class CommDebugMode(TorchDispatchMode):
         if _graph_task_id() == -1:
             return tracker.top, tracker.top_phase
         node = _current_node()
-        if node is tracker.last_node and node is not None and not tracker.stack:
-            return tracker.last_owner, BACKWARD
-        return tracker.backward_owner(node)
+        rec, phase = tracker.backward_owner(node)
+        if node is None and phase == BACKWARD:  # an engine callback: see callback_owner
+            rec = tracker.callback_owner()
+        return rec, phase
 
     def _count_hooked(self, cls: registry.OpClass, args: tuple[Any, ...],
                       kwargs: dict[str, Any] | None, out: Any, group: Any) -> None:
@@ -278,13 +282,8 @@ class CommDebugMode(TorchDispatchMode):
         self, cls: registry.OpClass, rec: ModuleRecord, phase: int, nbytes: int, dtype: str,
         group_value: Any, stage: int | None = None,
     ) -> None:
-        key = cls.key
-        counts = self.comm_counts
-        counts[key] = dict.get(counts, key, 0) + 1
         bucket = _COUNT_BUCKET[phase]
-        for target in (rec, *rec.ancestors):
-            c = target.phase_counts()[bucket]
-            c[key] = dict.get(c, key, 0) + 1
+        self._unsettled.append((cls.key, rec, bucket))
         group = registry.group_info(group_value, self._groups)
         if (
             group.name not in self._searched
@@ -298,7 +297,32 @@ class CommDebugMode(TorchDispatchMode):
         )
         self._records = None
 
+    def _settle(self) -> None:
+        """Roll the collectives captured since the last call up into the counts (the
+        block's, and each module's and its ancestors' per phase)."""
+        pending = self._unsettled
+        if not pending:
+            return
+        self._unsettled = []
+        counts = self._comm_counts
+        for key, rec, bucket in pending:
+            counts[key] = dict.get(counts, key, 0) + 1
+            for target in (rec, *rec.ancestors):
+                c = target.phase_counts()[bucket]
+                c[key] = dict.get(c, key, 0) + 1
+
     # ------------------------------------------------------------------ PyTorch's API
+
+    @property
+    def comm_counts(self) -> CommCounts:
+        """``{op packet: count}`` of the block so far (PyTorch's attribute)."""
+        self._settle()
+        return self._comm_counts
+
+    @comm_counts.setter
+    def comm_counts(self, value: CommCounts) -> None:
+        self._settle()
+        self._comm_counts = value
 
     def get_total_counts(self) -> int:
         """Number of collectives counted (all keys, all phases)."""
@@ -321,6 +345,7 @@ class CommDebugMode(TorchDispatchMode):
         """``{fqn: {"forward": counts, "backward": counts}}`` for Global and every module
         with collectives; counts include descendants. Global also has ``"after_backward"``
         when something was issued there."""
+        self._settle()
         out: dict[str, dict[str, CommCounts]] = {}
         for rec in self._tracker.modules():
             if rec.parent is not None and not (rec.counts and any(rec.counts)):
@@ -393,6 +418,7 @@ class CommDebugMode(TorchDispatchMode):
 
     def trace(self) -> CommTrace:
         """Everything captured, as plain data (what the reports and the JSON are made of)."""
+        self._settle()
         rank, world = self._where()
         return snapshot.build_trace(
             self._tracker,

@@ -36,6 +36,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch.nn.modules import module as _nn_module
 from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
@@ -71,6 +72,12 @@ _graph_task_id = torch_internal("_C._current_graph_task_id")
 _current_node = torch_internal("_C._current_autograd_node")
 _next_sequence_nr = torch_internal("_C._autograd._get_sequence_nr")
 _NO_SEQUENCE = 1 << 63  # AccumulateGrad nodes carry UINT64_MAX
+_GLOBAL_HOOK_DICTS = (
+    getattr(_nn_module, "_global_forward_pre_hooks", None),
+    getattr(_nn_module, "_global_forward_hooks", None),
+    getattr(_nn_module, "_global_forward_hooks_always_called", None),
+)
+"""torch.nn's global forward-hook registries (``None`` where a torch keeps them elsewhere)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -143,8 +150,6 @@ class ModuleTracker:
         self._param_owner: dict[int, ModuleRecord] = {}
         self.last_node: Any = None
         self.last_owner: ModuleRecord = self.global_record
-        self.watch_backward = False
-        """Set by collectives-only capture: see :meth:`_watch_backward`."""
         self.meshes: dict[int, Any] = {}
         self.last_mesh: Any = None
 
@@ -155,10 +160,22 @@ class ModuleTracker:
         self._used = True
         self._thread = threading.get_ident()
         self._local = set()
-        self._handles = [
-            register_module_forward_pre_hook(self._pre_hook),
-            register_module_forward_hook(self._global_post_hook, always_call=True),
-        ]
+        self._handles = []
+        pre, post, always = _GLOBAL_HOOK_DICTS
+        if isinstance(pre, dict) and isinstance(post, dict) and isinstance(always, dict):
+            # What register_module_forward_(pre_)hook do, without building a
+            # RemovableHandle each (a few microseconds per block); undone in exit().
+            hook_id = RemovableHandle.next_id
+            RemovableHandle.next_id += 2
+            pre[hook_id] = self._pre_hook
+            post[hook_id + 1] = self._global_post_hook
+            always[hook_id + 1] = True
+            self._direct += [(pre, {}, hook_id), (post, always, hook_id + 1)]
+        else:
+            self._handles = [
+                register_module_forward_pre_hook(self._pre_hook),
+                register_module_forward_hook(self._global_post_hook, always_call=True),
+            ]
         self._mark(self.global_record)
         self.active = True
 
@@ -279,34 +296,10 @@ class ModuleTracker:
 
     def _global_post_hook(self, mod: Any, args: Any, output: Any) -> None:
         if mod not in self._local:
-            if self.watch_backward:
-                self._watch_backward(mod, output)
             self._pop(mod)
 
     def _local_post_hook(self, mod: Any, args: Any, output: Any) -> None:
-        if self.watch_backward:
-            self._watch_backward(mod, output)
         self._pop(mod)
-
-    def _watch_backward(self, mod: Any, output: Any) -> None:
-        """Collectives-only capture sees no ops, so it cannot tell which node ran last
-        when a collective runs in backward outside every node (FSDP2's end-of-backward
-        callback). A pre-hook on the node of the module's output tells it instead: the
-        module whose backward began last. No op is added to the graph."""
-        rec = self._by_module.get(mod)
-        if rec is None or not rec.params:
-            # Only a module with parameters of its own can own the last node of a
-            # backward (its AccumulateGrad nodes); containers need no hook.
-            return
-        if isinstance(output, (tuple, list)) and output:
-            output = output[0]
-        fn = getattr(output, "grad_fn", None)
-        if fn is None:
-            return
-        try:
-            fn.register_prehook(_BackwardBegan(self, rec))
-        except (AttributeError, RuntimeError):
-            pass
 
     def _pop(self, mod: Any) -> None:
         rec = self._by_module.get(mod)
@@ -363,6 +356,19 @@ class ModuleTracker:
         self.last_node = node
         self.last_owner = owner
         return owner, BACKWARD
+
+    def callback_owner(self) -> ModuleRecord:
+        """Who a collective issued in backward outside every node belongs to, for a
+        capture that sees no ops (``ops=False``) and so cannot tell which node ran last.
+
+        Such a collective runs in an engine callback at the end of backward (FSDP2
+        reduce-scatters the first layer's gradients there). Backward runs the graph from
+        the newest node to the oldest, so the node that ran last is the oldest one: the
+        gradient of a parameter of the first module with parameters the forward ran.
+        """
+        for owner in self._param_owner.values():
+            return owner
+        return self.last_owner
 
     def _owner_of(self, node: Any) -> ModuleRecord:
         seq = node._sequence_nr()
@@ -466,22 +472,6 @@ class ModuleTracker:
 
 
 _TYPE_NAMES: dict[type, str] = {}
-
-
-class _BackwardBegan:
-    """Node pre-hook: ``rec``'s backward has begun (see ``ModuleTracker._watch_backward``)."""
-
-    __slots__ = ("rec", "tracker")
-
-    def __init__(self, tracker: ModuleTracker, rec: ModuleRecord) -> None:
-        self.tracker = tracker
-        self.rec = rec
-
-    def __call__(self, grad_outputs: Any) -> None:
-        tracker = self.tracker
-        if tracker.active and tracker.watch_backward:
-            tracker.last_node = None
-            tracker.last_owner = self.rec
 
 
 def _type_name(cls: type) -> str:

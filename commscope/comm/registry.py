@@ -19,7 +19,6 @@ once per op overload (the answer is cached by the caller):
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,16 +272,24 @@ def group_info(value: Any, cache: dict[str, GroupInfo]) -> GroupInfo:
     return info
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
+def _collect(value: Any, into: list[torch.Tensor]) -> None:
+    """Append the tensors in ``value`` (a tensor or nested lists/tuples) to ``into``."""
     if isinstance(value, torch.Tensor):
-        yield value
+        into.append(value)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _tensors(item)
+            _collect(item, into)
 
 
-def _nbytes(tensors: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``collectives.normalize_dtype_name`` of a ``torch.dtype``, cached per dtype."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = collectives.normalize_dtype_name(str(dtype))
+    return name
 
 
 def payload(
@@ -302,20 +309,23 @@ def payload(
     if cls.input_args or cls.output_args:  # the schema's tensor arguments, by position
         for i in cls.output_args:
             if i < n:
-                outputs.extend(_tensors(args[i]))
+                _collect(args[i], outputs)
         for i in cls.input_args:
             if i < n:
-                inputs.extend(_tensors(args[i]))
-        extra = args[len(cls.arg_names):]  # a caller passing more than the schema names
+                _collect(args[i], inputs)
+        for value in args[len(cls.arg_names):]:  # more than the schema names
+            _collect(value, inputs)
     else:
-        extra = args
-    for value in extra:
-        inputs.extend(_tensors(value))
+        _collect(args, inputs)
     if kwargs:
         for name, value in kwargs.items():
-            (outputs if _is_output_name(name) else inputs).extend(_tensors(value))
+            _collect(value, outputs if _is_output_name(name) else inputs)
     if not outputs:
-        outputs = list(_tensors(out))
+        _collect(out, outputs)
     chosen = outputs if (cls.message_from_output and outputs) or not inputs else inputs
-    dtype = collectives.normalize_dtype_name(str(chosen[0].dtype)) if chosen else ""
-    return _nbytes(chosen), dtype
+    if not chosen:
+        return 0, ""
+    total = 0
+    for t in chosen:
+        total += t.numel() * t.element_size()
+    return total, _dtype_name(chosen[0].dtype)
