@@ -108,8 +108,14 @@ def _measure(
     variants: dict,
     collect: bool,
     clock: Callable[[], float],
+    batch: int = 1,
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Interleaved trials; returns times per variant and cyclic garbage left per trial.
+
+    With ``batch`` > 1 each variant runs ``batch`` timed trials in a row, after one
+    untimed trial, before the next variant's turn: a job runs the same mode every step,
+    so its caches are warm with that mode's code, not with PyTorch's that ran just before
+    (``batch`` 1: strict alternation, each trial right after another variant's).
 
     With ``collect``, the garbage collector is off while timing and each round ends with
     ``gc.collect()`` and one untimed plain step, so no variant pays for another's garbage
@@ -134,13 +140,15 @@ def _measure(
     if collect:
         gc.disable()
     try:
-        for i in range(trials):
+        for i in range(0, trials, batch):
             order = names[i % len(names) :] + names[: i % len(names)]
             for name in order:
-                t0 = clock()
-                with variants[name]():
-                    step()
-                times[name].append(clock() - t0)
+                for j in range(batch + 1):
+                    t0 = clock()
+                    with variants[name]():
+                        step()
+                    if j:  # the first trial after a switch only warms the caches
+                        times[name].append(clock() - t0)
             if collect:
                 gc.collect()
                 step()
@@ -167,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu: this thread's CPU time (default; other processes on a shared box do "
         "not count), wall: elapsed time",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="timed trials per variant in a row, after one untimed trial (default 1: "
+        "strict alternation; a job runs one mode every step, see _measure)",
+    )
     args = parser.parse_args(argv)
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -180,13 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         f"comm_overhead: torch {torch.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, fake PG world_size=4, torch threads={torch.get_num_threads()}, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, gc={args.gc}, "
-        f"clock={args.clock}"
+        f"clock={args.clock}, batch={args.batch}"
     )
     results = {}
     for title, (step, trials) in _steps(mesh).items():
         n = max(10, int(trials * args.scale))
         clock = time.thread_time if args.clock == "cpu" else time.perf_counter
-        times, garbage = _measure(step, n, variants, args.gc == "between-rounds", clock)
+        times, garbage = _measure(step, n, variants, args.gc == "between-rounds", clock,
+                                  max(1, args.batch))
         medians = {name: statistics.median(v) for name, v in times.items()}
         plain = medians["plain"]
         print(f"\n[{title}] {n} trials per variant, interleaved")
