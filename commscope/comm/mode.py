@@ -100,7 +100,10 @@ class CommDebugMode(TorchDispatchMode):
 
     Args:
         ops: record every op per module (needed for noise levels 1-3). ``False`` keeps
-            only collectives and module structure, which is cheaper.
+            only collectives and module structure, with no dispatch mode at all (hooks
+            where collectives enter torch.distributed, :mod:`commscope.comm.hooks`):
+            the same counts, much cheaper, but collectives inside ``torch.compile``d
+            regions are not seen.
         bandwidth_gbps: bus bandwidth (decimal GB/s) for estimated times in
             :meth:`summary`, the detailed table and the JSON dump.
     """
