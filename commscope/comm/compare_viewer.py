@@ -33,7 +33,7 @@ def render_diff_viewer(d: TraceDiff, *, title: str | None = None) -> str:
     page = _asset("diff_viewer.html")
     default = f"commscope diff: {os.path.basename(d.a.label)} vs {os.path.basename(d.b.label)}"
     page = page.replace(_MARK_TITLE, html.escape(title or default), 1)
-    page = page.replace(_MARK_CSS, _asset("diff_viewer.css"), 1)
+    page = page.replace(_MARK_CSS, _asset("common.css") + _asset("diff_viewer.css"), 1)
     head, sep, tail = page.partition(_MARK_JS)
     # The data goes in last, into the part before the JS, so nothing in it is replaced.
     head = head.replace(_MARK_DATA, embed_json(diff_to_json(d, unchanged=True)), 1)

@@ -70,7 +70,7 @@ def render_viewer(
         )
     page = _asset("comm_viewer.html")
     page = page.replace(_MARK_TITLE, html.escape(title or "commscope comm trace"), 1)
-    page = page.replace(_MARK_CSS, _asset("comm_viewer.css"), 1)
+    page = page.replace(_MARK_CSS, _asset("common.css") + _asset("comm_viewer.css"), 1)
     head, sep, tail = page.partition(_MARK_JS)
     # The data goes in last, into the part before the JS, so nothing in it is replaced.
     head = head.replace(_MARK_DATA, embed_json(payload), 1)
