@@ -205,3 +205,41 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
         assert res["scatter"]["bytes"] == [16] and res["gather"]["bytes"] == [16]
         assert res["functional batch_p2p_ops"]["bytes"] == [32, 32]
         assert res["functional batch_p2p_ops"]["collectives"] == ["send", "recv"]
+
+
+def _probe_recorded_rank(rank: int, world_size: int, dump_dir: str) -> dict:
+    """The same calls on groups the flight recorder made (Python subclasses of
+    ``ProcessGroup`` whose methods hand every call to a plain twin)."""
+    import os
+
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+    from commscope.comm import CommDebugMode
+
+    warnings.simplefilter("ignore")
+    flight.enable(watchdog=False, handle_signals=False, dump_on_exception=False,
+                  dump_prefix=os.path.join(dump_dir, "rank_"), watch_interval_s=0)
+    store = dist.FileStore(os.environ["COMMSCOPE_TEST_STORE"], world_size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    out = {"recording": type(dist.group.WORLD).__name__}
+    for name, call in _calls(rank, world_size).items():
+        with CommDebugMode() as full:
+            call()
+        with CommDebugMode(ops=False) as hooked:
+            call()
+        out[name] = (full.get_total_counts(), _same_capture(full, hooked))
+    out["recorded"] = len(flight.snapshot(include_stack_traces=False)["entries"])
+    dist.destroy_process_group()
+    flight.disable()
+    return out
+
+
+def test_collectives_only_capture_on_flight_recording_groups(ranks, tmp_path):
+    results = ranks(_probe_recorded_rank, 2, str(tmp_path), init=False, timeout=90)
+    for rank, res in enumerate(results):
+        assert res.pop("recording") == "RecordingProcessGroup"
+        assert res.pop("recorded") > 0
+        for name, (total, difference) in res.items():
+            assert difference is None, (rank, name, difference)
+            assert total > 0, (rank, name)
