@@ -125,8 +125,14 @@ def _locked(folder: Path) -> Iterator[None]:
     except ImportError:  # not POSIX: every process probes for itself
         yield
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "probe.lock", "a") as lock:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / "probe.lock", "a")  # noqa: SIM115 (closed below)
+    except OSError as exc:  # a read-only home: probe without the lock (and no cache)
+        logger.debug("cannot lock %s: %s", folder, exc)
+        yield
+        return
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

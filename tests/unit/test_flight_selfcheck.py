@@ -210,3 +210,12 @@ def test_comm_debug_mode_refuses_a_torch_whose_collectives_it_cannot_see(tmp_pat
                            "missed functional all_reduce."), (text, out.stderr)
     # the recorder is not affected by what hides collectives from dispatch modes
     assert _python(tmp_path, HIDE_FROM_DISPATCH, ENABLE).stdout.strip() == "enabled True"
+
+
+def test_a_cache_folder_that_cannot_be_written_only_costs_a_probe(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would go")
+    code = ("import os; os.environ['COMMSCOPE_CACHE_DIR'] = " + repr(str(blocker / "cache"))
+            + "\n" + ENABLE)
+    out = _python(tmp_path, None, code)
+    assert out.stdout.strip() == "enabled True", out.stderr
