@@ -13,6 +13,9 @@ everything captured: ops, modules, collectives with bytes and groups) and
 ``ours_ops=False`` (collectives and modules only, no dispatch mode: hooks where
 collectives enter torch.distributed).
 
+``--floors`` adds two lower bounds of any hook-based capture (see ``_ModuleHooksFloor``
+and ``_EntrySwapsFloor``).
+
 Steps: TP MLP forward, TP MLP forward+backward, 2-layer TP Transformer forward+backward,
 and a whole training step of it (forward, backward, AdamW step).
 
@@ -46,18 +49,72 @@ from torch.utils._python_dispatch import TorchDispatchMode
 warnings.simplefilter("ignore")
 
 
-def _variants() -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+def _variants(floors: bool) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
     from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
 
     from commscope.comm import CommDebugMode
 
-    return {
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
         "plain": contextlib.nullcontext,
         "bare_dispatch": _BareDispatch,
         "pytorch": TorchCommDebugMode,
         "ours": CommDebugMode,
         "ours_ops=False": lambda: CommDebugMode(ops=False),
     }
+    if floors:
+        variants["floor_mod_hooks"] = _ModuleHooksFloor
+        variants["floor_swaps"] = _EntrySwapsFloor
+    return variants
+
+
+class _ModuleHooksFloor:
+    """Two global module hooks that only push and pop a list, installed for the block:
+    the least that following modules through torch's hooks costs (no names, no records)."""
+
+    def __enter__(self) -> None:
+        from torch.nn.modules import module
+
+        stack: list = []
+        self._key = key = object()  # a key no handle id can equal
+        module._global_forward_pre_hooks[key] = lambda mod, args: stack.append(mod)
+        module._global_forward_hooks[key] = lambda mod, args, out: stack.pop()
+        module._global_forward_hooks_always_called[key] = True
+
+    def __exit__(self, *exc: object) -> None:
+        from torch.nn.modules import module
+
+        module._global_forward_pre_hooks.pop(self._key, None)
+        module._global_forward_hooks.pop(self._key, None)
+        module._global_forward_hooks_always_called.pop(self._key, None)
+
+
+class _EntrySwapsFloor:
+    """commscope's collective entry points swapped in and out around the block, each
+    collective passed through to a sink that counts nothing: the least that hooking the
+    entry points costs (no tracker, no bookkeeping)."""
+
+    def __enter__(self) -> None:
+        from commscope.comm import hooks
+
+        hooks.attach(_SINK)
+
+    def __exit__(self, *exc: object) -> None:
+        from commscope.comm import hooks
+
+        hooks.detach(_SINK)
+
+
+class _Sink:
+    """A mode for :class:`_EntrySwapsFloor` that throws every collective away."""
+
+    def _count_hooked(self, *args: object) -> None:
+        pass
+
+    def _count_hooked_batch(self, *args: object) -> None:
+        pass
+
+
+_SINK = _Sink()
 
 
 class _BareDispatch(TorchDispatchMode):
@@ -182,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         help="timed trials per variant in a row, after one untimed trial (default 1: "
         "strict alternation; a job runs one mode every step, see _measure)",
     )
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also time two floors of a hook-based capture: global module hooks that only "
+        "push and pop (floor_mod_hooks), and the collective entry points swapped in and "
+        "out with nothing counted (floor_swaps)",
+    )
     args = parser.parse_args(argv)
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -190,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
     mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("tp",))
-    variants = _variants()
+    variants = _variants(args.floors)
     print(
         f"comm_overhead: torch {torch.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, fake PG world_size=4, torch threads={torch.get_num_threads()}, "

@@ -103,8 +103,6 @@ _compiling = torch.compiler.is_compiling
 """Dynamo traces through the hooks: it must see torch's own call and no bookkeeping."""
 _lock = threading.Lock()
 _modes: list[HookedMode] = []
-_saved_methods: dict[str, Any] = {}
-_saved_packets: list[tuple[Any, str, Any]] = []
 
 
 def _notify(cls: registry.OpClass, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
@@ -177,12 +175,35 @@ class _CountingPacket:
         return repr(self._packet)
 
 
-_plan: tuple[list[tuple[str, Any, Any]], list[tuple[Any, str, Any, Any]]] | None = None
+class _Plan:
+    """What to swap, worked out once per process (see :func:`_make_plan`)."""
+
+    def __init__(self, methods: list[tuple[str, Any, Any]],
+                 packets: list[tuple[Any, str, Any, Any]]) -> None:
+        self.methods = methods
+        """``(method name, torch's method, ours)`` per ``ProcessGroup`` method."""
+        self.packets = packets
+        """``(namespace, name, torch's packet, proxy)`` per op packet."""
+        self.ours: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        """Per namespace: its ``__dict__`` and ``{name: proxy}`` to put into it."""
+        self.theirs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        """Per namespace: its ``__dict__`` and ``{name: torch's packet}`` to put back."""
+        by_space: dict[int, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+        for space, name, packet, proxy in packets:
+            entry = by_space.setdefault(id(space), (vars(space), {}, {}))
+            entry[1][name] = proxy
+            entry[2][name] = packet
+        for space_dict, ours, theirs in by_space.values():
+            self.ours.append((space_dict, ours))
+            self.theirs.append((space_dict, theirs))
 
 
-def _make_plan() -> tuple[list[tuple[str, Any, Any]], list[tuple[Any, str, Any, Any]]]:
-    """What to swap, worked out once per process: ``(method, torch's, ours)`` for the
-    process-group methods and ``(namespace, name, torch's packet, proxy)`` for packets.
+_plan: _Plan | None = None
+
+
+def _make_plan() -> _Plan:
+    """What to swap, worked out once per process: the process-group methods and the op
+    packets of the collective namespaces.
 
     Every packet is classified before any is swapped: classifying reads the legacy
     packets (the keys), which must be torch's own, never a proxy of ours.
@@ -211,29 +232,36 @@ def _make_plan() -> tuple[list[tuple[str, Any, Any]], list[tuple[Any, str, Any, 
         batch = None if cls is not None else registry.batch_p2p_class(func)
         if cls is not None or batch is not None:
             packets.append((space, name, packet, _CountingPacket(packet, cls, batch)))
-    return methods, packets
+    return _Plan(methods, packets)
+
+
+_installed = False
 
 
 def _install() -> None:
-    global _plan
+    """Swap ours in. A namespace keeps its packets in its instance ``__dict__`` (where
+    ``torch.ops`` caches them on first use), so one ``dict.update`` per namespace does
+    what a ``setattr`` per packet would."""
+    global _plan, _installed
     if _plan is None:
         _plan = _make_plan()
-    methods, packets = _plan
-    for method, original, hooked in methods:
-        _saved_methods[method] = original
+    _installed = True
+    for method, _original, hooked in _plan.methods:
         setattr(ProcessGroup, method, hooked)
-    for space, name, packet, proxy in packets:
-        _saved_packets.append((space, name, packet))
-        setattr(space, name, proxy)
+    for space_dict, ours in _plan.ours:
+        space_dict.update(ours)
 
 
 def _uninstall() -> None:
-    for method, original in _saved_methods.items():
+    """Put torch's own back (also after a partial install)."""
+    global _installed
+    _installed = False
+    if _plan is None:
+        return
+    for method, original, _hooked in _plan.methods:
         setattr(ProcessGroup, method, original)
-    _saved_methods.clear()
-    for space, name, packet in _saved_packets:
-        setattr(space, name, packet)
-    _saved_packets.clear()
+    for space_dict, theirs in _plan.theirs:
+        space_dict.update(theirs)
 
 
 def attach(mode: HookedMode) -> None:
@@ -259,4 +287,4 @@ def detach(mode: HookedMode) -> None:
 
 def attached() -> bool:
     """Whether the hooks are installed right now."""
-    return bool(_saved_methods or _saved_packets)
+    return _installed

@@ -127,7 +127,6 @@ class CommDebugMode(TorchDispatchMode):
         self._raw: list[tuple[Any, ...]] = []
         self._searched: set[str] = set()
         self._groups: dict[str, registry.GroupInfo] = {}
-        self._axis_by_group: dict[str, str] | None = None
         self._records: list[CollectiveRecord] | None = None
         self._active = False
         self._rank: int | None = None
@@ -148,7 +147,6 @@ class CommDebugMode(TorchDispatchMode):
         self._searched: set[str] = set()
         self._records = None
         self._rank = self._world_size = None
-        self._axis_by_group = None
         self._tracker.enter()
         try:
             if self.record_ops:
@@ -164,7 +162,6 @@ class CommDebugMode(TorchDispatchMode):
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            self._axis_by_group = snapshot.mesh_axes(self._tracker.meshes)
             self._tracker.exit()
         finally:
             self._active = False
@@ -406,9 +403,7 @@ class CommDebugMode(TorchDispatchMode):
     def records(self) -> list[CollectiveRecord]:
         """Every collective of the block in issue order, with bytes, group and axis."""
         if self._records is None:
-            axes = self._axis_by_group
-            if axes is None:
-                axes = snapshot.mesh_axes(self._tracker.meshes)
+            axes = snapshot.mesh_axes(self._tracker.meshes)
             self._records = snapshot.build_records(self._raw, axes)
         return self._records
 

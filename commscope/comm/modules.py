@@ -71,6 +71,7 @@ _COUNT_BUCKET = (0, 1, 1, 2)
 _graph_task_id = torch_internal("_C._current_graph_task_id")
 _current_node = torch_internal("_C._current_autograd_node")
 _next_sequence_nr = torch_internal("_C._autograd._get_sequence_nr")
+_get_ident = threading.get_ident
 _NO_SEQUENCE = 1 << 63  # AccumulateGrad nodes carry UINT64_MAX
 _GLOBAL_HOOK_DICTS = (
     getattr(_nn_module, "_global_forward_pre_hooks", None),
@@ -148,9 +149,10 @@ class ModuleTracker:
         self._bp_seq: list[int] = []
         self._bp_owner: list[ModuleRecord] = []
         self._param_owner: dict[int, ModuleRecord] = {}
+        self._unscanned: list[ModuleRecord] = []
         self.last_node: Any = None
         self.last_owner: ModuleRecord = self.global_record
-        self.meshes: dict[int, Any] = {}
+        self._meshes: dict[int, Any] = {}
         self.last_mesh: Any = None
 
     def enter(self) -> None:
@@ -176,7 +178,7 @@ class ModuleTracker:
                 register_module_forward_pre_hook(self._pre_hook),
                 register_module_forward_hook(self._global_post_hook, always_call=True),
             ]
-        self._mark(self.global_record)
+        self._mark(self.global_record)  # enter() runs on the forward thread
         self.active = True
 
     def _add_local_hook(self, mod: Any) -> None:
@@ -221,27 +223,41 @@ class ModuleTracker:
         return None
 
     def _set_name(self, mod: Any, name: str) -> list[Any]:
+        # A new entry every time, never an edit: entries may be shared with _NAMINGS.
         entry = self._entry(mod)
-        if entry is None:
-            entry = self._names[id(mod)] = [weakref.ref(mod), name, False]
-        else:
-            entry[1] = name
+        ref = entry[0] if entry is not None else weakref.ref(mod)
+        entry = self._names[id(mod)] = [ref, name, False]
         return entry
 
     def _name(self, mod: Any) -> str:
         entry = self._entry(mod)
         if entry is None:
+            if not self._names:
+                # This tracker's first module: what a walk from it would name is
+                # probably known already, from an earlier block over the same model.
+                cached = _NAMINGS.lookup(mod)
+                if cached is not None:
+                    self._names.update(cached)
+                    return cached[id(mod)][1]
+                name = self._walk(mod, self._set_name(mod, type(mod).__name__))
+                _NAMINGS.store(mod, self._names)
+                return name
             entry = self._set_name(mod, type(mod).__name__)
+        if entry[2]:
+            return entry[1]
+        return self._walk(mod, entry)
+
+    def _walk(self, mod: Any, entry: list[Any]) -> str:
+        """Name ``mod``'s descendants ``parent.child``, recursively (PyTorch's order)."""
         name = entry[1]
-        if not entry[2]:
-            seen: set[int] = set()
-            for child_name, child in mod._modules.items():  # named_children(), faster
-                if child is None or id(child) in seen:
-                    continue
-                seen.add(id(child))
-                self._set_name(child, f"{name}.{child_name}")
-                self._name(child)
-            entry[2] = True
+        seen: set[int] = set()
+        for child_name, child in mod._modules.items():  # named_children(), faster
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            self._set_name(child, f"{name}.{child_name}")
+            self._name(child)
+        entry[2] = True
         return name
 
     def get_known_fqn(self, mod: Any) -> str | None:
@@ -267,11 +283,8 @@ class ModuleTracker:
             )
             parent.children.append(fqn)
             self.records[fqn] = rec
-            for _, param in rec.params:
-                self._param_owner[id(param)] = rec
-                mesh = getattr(param, "device_mesh", None)
-                if mesh is not None:
-                    self.meshes[id(mesh)] = mesh
+            if rec.params:
+                self._unscanned.append(rec)
         self._by_module[mod] = rec
         return rec
 
@@ -284,15 +297,16 @@ class ModuleTracker:
             # reshard): pop only after them, from a hook registered after theirs.
             self._local.add(mod)
             self._add_local_hook(mod)
-        recompute = _graph_task_id() != -1
-        self.stack.append((rec, recompute))
-        self.top = rec
-        if recompute:
-            self.top_phase = CHECKPOINTING
-        else:
+        if _graph_task_id() == -1:
+            self.stack.append((rec, False))
             rec.calls += 1
             self.top_phase = self._global_phase = FORWARD
-        self._mark(rec)
+        else:
+            self.stack.append((rec, True))
+            self.top_phase = CHECKPOINTING
+        self.top = rec
+        if _get_ident() == self._thread:
+            self._mark(rec)
 
     def _global_post_hook(self, mod: Any, args: Any, output: Any) -> None:
         if mod not in self._local:
@@ -319,16 +333,25 @@ class ModuleTracker:
         else:
             self.top = self.global_record
             self.top_phase = self._global_phase
-        self._mark(self.top)
+        if _get_ident() == self._thread:
+            self._mark(self.top)
 
     def _mark(self, rec: ModuleRecord) -> None:
-        """Nodes created from now on belong to ``rec`` (forward thread only)."""
-        if threading.get_ident() != self._thread:
-            return
+        """Nodes created from now on belong to ``rec`` (call on the forward thread only).
+
+        A mark with no node created since the one before replaces it: the lists grow
+        with the autograd nodes, not with the module calls.
+        """
         seq = _next_sequence_nr()
-        if self._bp_seq and seq < self._bp_seq[-1]:
-            return
-        self._bp_seq.append(seq)
+        marks = self._bp_seq
+        if marks:
+            last = marks[-1]
+            if seq == last:
+                self._bp_owner[-1] = rec
+                return
+            if seq < last:
+                return
+        marks.append(seq)
         self._bp_owner.append(rec)
 
     # ------------------------------------------------------------------ lookups
@@ -366,9 +389,35 @@ class ModuleTracker:
         the newest node to the oldest, so the node that ran last is the oldest one: the
         gradient of a parameter of the first module with parameters the forward ran.
         """
-        for owner in self._param_owner.values():
+        for owner in self._owners().values():
             return owner
         return self.last_owner
+
+    def _owners(self) -> dict[int, ModuleRecord]:
+        """``id(parameter) -> record`` of every module seen so far (built when asked)."""
+        if self._unscanned:
+            self._scan()
+        return self._param_owner
+
+    @property
+    def meshes(self) -> dict[int, Any]:
+        """``id(mesh) -> DeviceMesh`` of the meshes seen so far: those of the modules'
+        DTensor parameters (read when asked), plus those the capture adds."""
+        if self._unscanned:
+            self._scan()
+        return self._meshes
+
+    def _scan(self) -> None:
+        """Read the parameters of the modules first seen since the last scan (owners,
+        meshes): off the forward's path, since only backward and reports need them."""
+        pending = self._unscanned
+        self._unscanned = []
+        for rec in pending:
+            for _, param in rec.params:
+                self._param_owner[id(param)] = rec
+                mesh = getattr(param, "device_mesh", None)
+                if mesh is not None:
+                    self._meshes[id(mesh)] = mesh
 
     def _owner_of(self, node: Any) -> ModuleRecord:
         seq = node._sequence_nr()
@@ -376,7 +425,7 @@ class ModuleTracker:
             # AccumulateGrad: the parameter's module; a parameter we never saw (FSDP2's
             # unsharded ones) follows the node that produced its gradient, run just before.
             variable = getattr(node, "variable", None)
-            return self._param_owner.get(id(variable), self.last_owner)
+            return self._owners().get(id(variable), self.last_owner)
         i = bisect_right(self._bp_seq, seq) - 1
         return self._bp_owner[i] if i >= 0 else self.global_record
 
@@ -469,6 +518,69 @@ class ModuleTracker:
         """Print one ``fqn.param: placements`` line per DTensor parameter."""
         for key, value in self.sharding_dict.items():
             print(f"{key}: {value}")
+
+
+class _NamingCache:
+    """What a walk from a root module named, kept across trackers (one per block).
+
+    Naming a model walks all of its modules and makes a weak reference to each: most of
+    what tracking one small forward costs. A walk's result depends only on the root's
+    class name and the tree's shape (each module's children, by name and identity), so
+    a later tracker whose first module is the same root, with the same shape, takes the
+    names as they were. Checking the shape costs a fraction of the walk; any change
+    (a child replaced, added or removed, the root's class swapped by ``fully_shard``)
+    makes a fresh walk. Holds only weak references: a model that is freed is dropped.
+    """
+
+    _LIMIT = 32
+
+    def __init__(self) -> None:
+        # id(root) -> (root's class name, names of the walk, shape: per module in the
+        # tree, (weak reference, child names, child ids))
+        self._by_root: dict[int, tuple[str, dict[int, list[Any]], list[tuple[Any, ...]]]] = {}
+
+    def lookup(self, root: Any) -> dict[int, list[Any]] | None:
+        """The names a walk from ``root`` would give, or ``None`` when not known."""
+        found = self._by_root.get(id(root))
+        if found is None:
+            return None
+        root_name, names, shape = found
+        if type(root).__name__ != root_name:
+            return None
+        for ref, child_names, child_ids in shape:
+            mod = ref()
+            if mod is None:
+                return None
+            children = mod._modules
+            if tuple(children) != child_names or tuple(map(id, children.values())) != child_ids:
+                return None
+        entry = names.get(id(root))
+        if entry is None or entry[0]() is not root:
+            return None
+        return names
+
+    def store(self, root: Any, names: dict[int, list[Any]]) -> None:
+        """Keep what a walk from ``root`` named (``names``: the walk's entries only)."""
+        if len(self._by_root) >= self._LIMIT:
+            self._by_root = {
+                key: value for key, value in self._by_root.items()
+                if value[2] and value[2][0][0]() is not None
+            }
+            if len(self._by_root) >= self._LIMIT:
+                self._by_root.clear()
+        shape = []
+        for entry in names.values():
+            mod = entry[0]()
+            if mod is None:
+                return
+            children = mod._modules
+            shape.append((entry[0], tuple(children), tuple(map(id, children.values()))))
+        root_ref = names[id(root)][0]
+        shape.sort(key=lambda item: item[0] is not root_ref)  # the root's entry first
+        self._by_root[id(root)] = (type(root).__name__, dict(names), shape)
+
+
+_NAMINGS = _NamingCache()
 
 
 _TYPE_NAMES: dict[type, str] = {}

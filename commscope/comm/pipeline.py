@@ -145,7 +145,7 @@ def detach() -> None:
     global _USERS
     with _LOCK:
         _USERS = max(0, _USERS - 1)
-        if _USERS == 0:
+        if _USERS == 0 and (_WRAPPED or _TAGS or _CONTEXT):
             _unwrap()
             _TAGS.clear()
             _CONTEXT.clear()
