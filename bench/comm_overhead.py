@@ -75,9 +75,16 @@ class _ModuleHooksFloor:
         from torch.nn.modules import module
 
         stack: list = []
+
+        def push(mod: object, args: object) -> None:
+            stack.append(mod)
+
+        def pop(mod: object, args: object, out: object) -> None:
+            stack.pop()  # a hook that returns a value replaces the module's output
+
         self._key = key = object()  # a key no handle id can equal
-        module._global_forward_pre_hooks[key] = lambda mod, args: stack.append(mod)
-        module._global_forward_hooks[key] = lambda mod, args, out: stack.pop()
+        module._global_forward_pre_hooks[key] = push
+        module._global_forward_hooks[key] = pop
         module._global_forward_hooks_always_called[key] = True
 
     def __exit__(self, *exc: object) -> None:
