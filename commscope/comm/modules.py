@@ -268,22 +268,27 @@ class ModuleTracker:
     # ------------------------------------------------------------------ hooks
 
     def _first_sight(self, mod: Any) -> ModuleRecord:
-        entry = self._entry(mod)
-        fqn = entry[1] if entry is not None and entry[2] else self._name(mod)
+        entry = self._names.get(id(mod))
+        if entry is not None and entry[2] and entry[0]() is mod:
+            fqn = entry[1]
+        else:
+            fqn = self._name(mod)
         rec = self.records.get(fqn)
         if rec is None:
-            parent = self.stack[-1][0] if self.stack else self.global_record
+            stack = self.stack
+            parent = stack[-1][0] if stack else self.global_record
+            cls = type(mod)
+            params = []
+            for item in mod._parameters.items():  # a loop: a comprehension is a call
+                if item[1] is not None:
+                    params.append(item)
             rec = ModuleRecord(
-                fqn=fqn,
-                depth=len(self.stack) + 1,
-                module_type=_type_name(type(mod)),
-                parent=parent,
-                ancestors=(parent, *parent.ancestors),
-                params=[(n, p) for n, p in mod._parameters.items() if p is not None],
+                fqn, len(stack) + 1, _TYPE_NAMES.get(cls) or _type_name(cls), parent,
+                (parent, *parent.ancestors), [], params,
             )
             parent.children.append(fqn)
             self.records[fqn] = rec
-            if rec.params:
+            if params:
                 self._unscanned.append(rec)
         self._by_module[mod] = rec
         return rec
