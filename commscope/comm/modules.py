@@ -26,6 +26,10 @@ gradient all-reduce) until the next module forward.
 
 Names follow PyTorch's ``ModTracker``: the first module seen is named by its class
 name, its children ``parent.child`` recursively; ``"Global"`` is outside every module.
+A block over a model that an earlier block already named takes the names from
+``_NAMINGS`` after checking that the tree has the same shape (see ``_NamingCache``).
+Parameters are listed at a module's first sight but read (owners, meshes) only when
+backward or a report needs them.
 """
 
 from __future__ import annotations
