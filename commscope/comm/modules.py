@@ -228,9 +228,12 @@ class ModuleTracker:
 
     def _set_name(self, mod: Any, name: str) -> list[Any]:
         # A new entry every time, never an edit: entries may be shared with _NAMINGS.
+        # A rename keeps "children named" (PyTorch's ModTracker walks a module once).
         entry = self._entry(mod)
-        ref = entry[0] if entry is not None else weakref.ref(mod)
-        entry = self._names[id(mod)] = [ref, name, False]
+        if entry is None:
+            entry = self._names[id(mod)] = [weakref.ref(mod), name, False]
+        else:
+            entry = self._names[id(mod)] = [entry[0], name, entry[2]]
         return entry
 
     def _name(self, mod: Any) -> str:

@@ -119,3 +119,23 @@ def test_a_freed_model_leaves_no_strong_reference() -> None:
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_names_match_pytorchs_mod_tracker_with_a_shared_module() -> None:
+    """A module reachable by two paths is named as PyTorch's ``ModTracker`` names it (a
+    rename does not walk the module's children again), first block and cached block."""
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    model = Model()
+    model.blocks[1].up = model.blocks[0].up
+    model.blocks[1].act = model.blocks[0]  # a whole block below another: deeper sharing
+    model.blocks[1].forward = lambda x: model.blocks[1].down(model.blocks[1].up(x))
+    theirs = ModTracker()
+    with theirs:
+        model(torch.randn(2, 4))
+    expected = {id(m): theirs.get_known_fqn(m) for m in model.modules()}
+    for _ in range(2):  # a fresh walk, then the names from the cache
+        with CommDebugMode(ops=False) as mode:
+            model(torch.randn(2, 4))
+        tracker = mode.advanced_module_tracker
+        assert {id(m): tracker.get_known_fqn(m) for m in model.modules()} == expected
