@@ -6,6 +6,10 @@ cannot run two steps in one block); the variants take turns trial by trial, so a
 neighbour slows them all alike. Medians are reported, with each variant's ratio to plain
 and ours relative to PyTorch.
 
+Each ratio to plain is printed twice: the ratio of the medians, and ``paired``: the
+median over rounds of the ratio within a round (see ``_paired_ratio``), which cancels a
+drift of the machine's speed between rounds.
+
 Variants: ``plain`` (no mode), ``bare_dispatch`` (a dispatch mode that only forwards
 ops: the floor of any dispatch-mode tool), ``pytorch``
 (torch.distributed.tensor.debug.CommDebugMode), ``ours`` (commscope.comm.CommDebugMode,
@@ -221,6 +225,23 @@ def _measure(
     return times, garbage
 
 
+def _paired_ratio(times: dict[str, list[float]], name: str, batch: int) -> float:
+    """Median over rounds of (this variant's median / plain's median in the same round).
+
+    Each round runs every variant back to back, so a drift of the machine's speed (a
+    noisy neighbour, a clock change) slows a round's variants alike and cancels in the
+    ratio; the ratio of the overall medians does not cancel it.
+    """
+    ours, plain = times[name], times["plain"]
+    rounds = min(len(ours), len(plain)) // batch
+    ratios = [
+        statistics.median(ours[r * batch:(r + 1) * batch])
+        / statistics.median(plain[r * batch:(r + 1) * batch])
+        for r in range(rounds)
+    ]
+    return statistics.median(ratios) if ratios else float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the trial counts")
@@ -276,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
                                   max(1, args.batch))
         medians = {name: statistics.median(v) for name, v in times.items()}
         plain = medians["plain"]
+        paired = {name: _paired_ratio(times, name, max(1, args.batch)) for name in times}
         print(f"\n[{title}] {n} trials per variant, interleaved")
         for name, value in medians.items():
             p10 = sorted(times[name])[len(times[name]) // 10]
             print(
                 f"  {name:15s} median {value * 1e3:8.3f} ms   p10 {p10 * 1e3:8.3f} ms   "
-                f"{value / plain:5.2f}x plain   cyclic garbage/trial {garbage[name]:5.1f}"
+                f"{value / plain:5.2f}x plain (paired {paired[name]:5.3f}x)   "
+                f"cyclic garbage/trial {garbage[name]:5.1f}"
             )
         ratio = medians["ours"] / medians["pytorch"]
         light = medians["ours_ops=False"] / medians["pytorch"]
@@ -290,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "trials": n,
             "median_ms": {k: v * 1e3 for k, v in medians.items()},
             "x_plain": {k: v / plain for k, v in medians.items()},
+            "x_plain_paired": paired,
             "ours_over_pytorch": ratio,
             "ours_ops_false_over_pytorch": light,
             "cyclic_garbage_per_trial": garbage,
