@@ -547,17 +547,17 @@ class _NamingCache:
     _LIMIT = 32
 
     def __init__(self) -> None:
-        # id(root) -> (root's class name, names of the walk, shape: per module in the
-        # tree, (weak reference, child names, child ids))
-        self._by_root: dict[int, tuple[str, dict[int, list[Any]], list[tuple[Any, ...]]]] = {}
+        # id(root) -> (weak reference to the root, its class name, names of the walk,
+        # shape: per module in the tree, (weak reference, child names, child ids))
+        self._by_root: dict[int, tuple[Any, str, dict[int, list[Any]], list[tuple[Any, ...]]]] = {}
 
     def lookup(self, root: Any) -> dict[int, list[Any]] | None:
         """The names a walk from ``root`` would give, or ``None`` when not known."""
         found = self._by_root.get(id(root))
         if found is None:
             return None
-        root_name, names, shape = found
-        if type(root).__name__ != root_name:
+        root_ref, root_name, names, shape = found
+        if root_ref() is not root or type(root).__name__ != root_name:
             return None
         for ref, child_names, child_ids in shape:
             mod = ref()
@@ -566,30 +566,23 @@ class _NamingCache:
             children = mod._modules
             if tuple(children) != child_names or tuple(map(id, children.values())) != child_ids:
                 return None
-        entry = names.get(id(root))
-        if entry is None or entry[0]() is not root:
-            return None
         return names
 
     def store(self, root: Any, names: dict[int, list[Any]]) -> None:
         """Keep what a walk from ``root`` named (``names``: the walk's entries only)."""
-        if len(self._by_root) >= self._LIMIT:
-            self._by_root = {
-                key: value for key, value in self._by_root.items()
-                if value[2] and value[2][0][0]() is not None
-            }
+        if len(self._by_root) >= self._LIMIT:  # drop freed roots; if none, start over
+            self._by_root = {k: v for k, v in self._by_root.items() if v[0]() is not None}
             if len(self._by_root) >= self._LIMIT:
                 self._by_root.clear()
         shape = []
-        for entry in names.values():
-            mod = entry[0]()
+        for ref, _name, _walked in names.values():
+            mod = ref()
             if mod is None:
                 return
             children = mod._modules
-            shape.append((entry[0], tuple(children), tuple(map(id, children.values()))))
+            shape.append((ref, tuple(children), tuple(map(id, children.values()))))
         root_ref = names[id(root)][0]
-        shape.sort(key=lambda item: item[0] is not root_ref)  # the root's entry first
-        self._by_root[id(root)] = (type(root).__name__, dict(names), shape)
+        self._by_root[id(root)] = (root_ref, type(root).__name__, dict(names), shape)
 
 
 _NAMINGS = _NamingCache()

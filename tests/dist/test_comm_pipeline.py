@@ -25,6 +25,23 @@ BATCH, WIDTH, OUT = 8, 8, 4
 ACTIVATION_BYTES = (BATCH // MICROBATCHES) * WIDTH * 4  # one float32 microbatch: 64 B
 
 
+def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The schedules' loss: mean squared error."""
+    return ((out - target) ** 2).mean()
+
+
+def _stepper(sched, rank: int, x: torch.Tensor, target: torch.Tensor):
+    """One schedule step: the first stage feeds ``x``, the last one the target."""
+
+    def step() -> None:
+        if rank == 0:
+            sched.step(x)
+        else:
+            sched.step(target=target)
+
+    return step
+
+
 def _pipeline(rank: int, schedule: str):
     """This rank's stage of an MLP cut in two, its schedule and a ``step()``."""
     import torch
@@ -38,14 +55,10 @@ def _pipeline(rank: int, schedule: str):
         submodule = nn.Sequential(nn.Linear(WIDTH, OUT))
     stage = PipelineStage(submodule, rank, 2, torch.device("cpu"))
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-    sched = cls(stage, MICROBATCHES, loss_fn=lambda out, target: ((out - target) ** 2).mean())
+    sched = cls(stage, MICROBATCHES, loss_fn=_mse)
     x, target = torch.randn(BATCH, WIDTH), torch.randn(BATCH, OUT)
 
-    def step() -> None:
-        if rank == 0:
-            sched.step(x)
-        else:
-            sched.step(target=target)
+    step = _stepper(sched, rank, x, target)
 
     return stage, step
 
@@ -207,15 +220,11 @@ def _interleaved_rank(rank: int, world_size: int) -> list[dict]:
         for index in (rank, rank + 2)
     ]
     sched = ScheduleInterleaved1F1B(
-        stages, MICROBATCHES, loss_fn=lambda out, target: ((out - target) ** 2).mean()
+        stages, MICROBATCHES, loss_fn=_mse
     )
     x, target = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
 
-    def step() -> None:
-        if rank == 0:
-            sched.step(x)
-        else:
-            sched.step(target=target)
+    step = _stepper(sched, rank, x, target)
 
     step()
     with CommDebugMode() as cm:
