@@ -219,13 +219,10 @@ def _interleaved_rank(rank: int, world_size: int) -> list[dict]:
         PipelineStage(nn.Sequential(nn.Linear(WIDTH, WIDTH)), index, 4, torch.device("cpu"))
         for index in (rank, rank + 2)
     ]
-    sched = ScheduleInterleaved1F1B(
-        stages, MICROBATCHES, loss_fn=_mse
-    )
+    sched = ScheduleInterleaved1F1B(stages, MICROBATCHES, loss_fn=_mse)
     x, target = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
 
     step = _stepper(sched, rank, x, target)
-
     step()
     with CommDebugMode() as cm:
         step()
