@@ -108,7 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="analyze_scale_"))
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
+    from commscope import compat
     from commscope.analyze import load
+
+    if args.torch_max and not compat.has("torch_fr_trace"):
+        print(f"torch {compat.torch_version()} has no fr_trace module (torch 2.10+ has): "
+              "ours only")
+        args.torch_max = 0
 
     # pip byte-compiles an installed package (torch's fr_trace included); an editable
     # install compiles on first import, unless PYTHONDONTWRITEBYTECODE is set (it is on

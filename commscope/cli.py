@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from commscope import __version__
+from commscope.compat import TorchMissing, need_torch
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -131,6 +132,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    need_torch('commscope demo (local gloo ranks)')
     from commscope.demo.run import run_demo
 
     if args.ranks < 4 or args.ranks % 2:
@@ -452,6 +454,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    need_torch('commscope run (torchrun with the recorder)')
     from commscope.flight.launch import run, torchrun_command
 
     argv = list(args.torchrun_args)
@@ -502,6 +505,7 @@ def _address_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
+    need_torch("commscope watch (it talks to the job's store)")
     from commscope.watch.command import run_watch
 
     if args.json and not args.once:
@@ -531,6 +535,7 @@ def _add_dump(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_dump(args: argparse.Namespace) -> int:
+    need_torch("commscope dump (it talks to the job's store)")
     from commscope.watch.command import run_dump
 
     address = _job_address(args)
@@ -604,6 +609,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except TorchMissing as exc:
+        print(f"commscope {args.command}: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,16 +1,21 @@
 """``make test-matrix``: the suite on other Pythons and PyTorch releases, one venv each.
 
-For every (Python, torch) pair asked for: create ``.venv-matrix/py<X.Y>-torch<V>`` with
-that Python (pyenv's, or any ``pythonX.Y`` on PATH), install ``torch==V`` first (PyPI's
-Linux wheels are CUDA builds that run on CPU: about 2.5-3 GB of downloads per venv, less
-where this machine has the file on disk), then commscope with its test extras, then run
-the tests and print one line per cell and a Markdown table for docs/compat.md.
+For every cell (a Python and a torch release) asked for, one after another: create
+``.venv-matrix/py<X.Y>-torch<V>`` with that Python (pyenv's, or any ``pythonX.Y`` on
+PATH), install ``torch==V`` first (PyPI's Linux wheels are CUDA builds that run on CPU:
+about 5.7 GB per venv), then commscope with its test extras, run the tests, print one
+line per cell, and delete the venv (``--keep`` keeps it). At the end: a Markdown table
+for docs/compat.md, with every skipped test's reason (what degrades on that release).
 
-    .venv/bin/python tests/matrix.py                                  # the whole matrix
+    .venv/bin/python tests/matrix.py                          # the documented matrix
+    .venv/bin/python tests/matrix.py --cells 3.11:2.8.0,3.13:2.14.1
     .venv/bin/python tests/matrix.py --python 3.11 --torch 2.14.1 --suite sensitive
 
-``--suite sensitive`` runs only the version-sensitive tests (flight, mesh, comm): what
-``.ci/run`` runs on the newest torch.
+The documented matrix (:data:`CELLS`): every minor release from the floor to the newest
+on Python 3.11, and Python 3.10 and 3.13 on the floor and on the newest.
+``--suite sensitive`` runs only the version-sensitive tests (flight, mesh, comm):
+what ``.ci/run`` runs on the floor and on the newest torch. ``--wheels DIR`` offers pip
+``DIR/<version>`` (wheels fetched earlier with ``pip download``) before the index.
 """
 
 from __future__ import annotations
@@ -22,15 +27,20 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-TORCHES = ("2.13.0", "2.14.1")
-"""The declared range's ends (pyproject.toml). torch 2.6 was measured and fails: ask for
-it with --torch 2.6.0 to see how."""
+RELEASES = ("2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0",
+            "2.14.1")
+"""The newest patch release of every minor release commscope supports (floor first)."""
+FLOOR, NEWEST = RELEASES[0], RELEASES[-1]
+CELLS = ([("3.11", t) for t in RELEASES]
+         + [(p, t) for p in ("3.10", "3.13") for t in (FLOOR, NEWEST)])
+"""The documented matrix (docs/compat.md)."""
 SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_mesh_gloo.py",
              "tests/dist/test_comm_gloo.py", "tests/dist/test_comm_pipeline.py",
+             "tests/unit/test_compat.py",
              "tests/unit/test_flight_record.py",
              "tests/unit/test_flight_ring.py", "tests/unit/test_flight_dump.py",
              "tests/unit/test_flight_config.py", "tests/unit/test_flight_selfcheck.py",
@@ -63,50 +73,91 @@ def find_python(version: str) -> str | None:
     return shutil.which(f"python{version}")
 
 
+def _counts(text: str) -> Counter[str]:
+    """passed/failed/skipped/error totals over every pytest summary line of ``text``."""
+    total: Counter[str] = Counter()
+    for line in re.findall(r"^=+ (.*\b(?:passed|failed|errors?|skipped)\b.*) in [\d.]+s",
+                           text, re.M):
+        for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", line):
+            total["error" if word.startswith("error") else word] += int(n)
+    return total
+
+
+def _skip_reasons(text: str) -> list[str]:
+    """``SKIPPED [n] file:line: reason`` lines of ``-ra``, as ``reason (n)``."""
+    reasons: Counter[str] = Counter()
+    for n, reason in re.findall(r"^SKIPPED \[(\d+)\] [^:]+:\d+: (.*)$", text, re.M):
+        reasons[reason.strip()] += int(n)
+    return [f"{r} ({n})" for r, n in sorted(reasons.items())]
+
+
 def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
-             install_timeout: float = 3600) -> dict:
-    """Build one venv and run the tests; return what happened."""
+             install_timeout: float = 3600, wheels: Path | None = None,
+             keep: bool = False) -> dict:
+    """Build one venv, run the tests, delete the venv; return what happened."""
     env_dir = folder / f"py{version}-torch{torch}"
     py = env_dir / "bin" / "python"
     log = folder / f"py{version}-torch{torch}.log"
     start = time.monotonic()
-    with open(log, "w") as out:
-        def step(*cmd: str, timeout: float) -> int:
-            out.write(f"\n$ {' '.join(cmd)}\n")
-            out.flush()
-            try:
-                return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                      timeout=timeout).returncode
-            except subprocess.TimeoutExpired:
-                out.write(f"timed out after {timeout:g} s\n")
-                return 124
+    try:
+        with open(log, "w") as out:
+            def step(*cmd: str, timeout: float) -> int:
+                out.write(f"\n$ {' '.join(cmd)}\n")
+                out.flush()
+                try:
+                    return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                          timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    out.write(f"timed out after {timeout:g} s\n")
+                    return 124
 
-        if not py.exists() and step(python, "-m", "venv", str(env_dir), timeout=300):
-            return {"result": "venv failed", "log": str(log)}
-        pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-        if step(*pip, f"torch=={torch}", timeout=install_timeout):
-            return {"result": f"torch {torch} did not install", "log": str(log),
-                    "uninstallable": True}
-        if step(*pip, "-e", ".[test]", timeout=1800):
-            return {"result": "commscope did not install", "log": str(log)}
-        code = 0
-        for tests in (SUITES[suite]):
-            code = step(str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
-                        timeout=3600) or code
+            if not py.exists() and step(python, "-m", "venv", str(env_dir), timeout=300):
+                return {"result": "venv failed", "log": str(log)}
+            pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+            local = wheels / torch if wheels is not None else None
+            links = ["--find-links", str(local)] if local is not None and local.is_dir() else []
+            if step(*pip, *links, f"torch=={torch}", timeout=install_timeout):
+                return {"result": f"torch {torch} did not install", "log": str(log),
+                        "uninstallable": True}
+            if step(*pip, "-e", ".[test]", timeout=1800):
+                return {"result": "commscope did not install", "log": str(log)}
+            code = 0
+            for tests in SUITES[suite]:
+                code = step(str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
+                            timeout=3600) or code
+    finally:
+        if not keep:
+            shutil.rmtree(env_dir, ignore_errors=True)
     text = log.read_text()
-    summary = [" + ".join(m.strip("= ") for m in re.findall(
-        r"^(.*\b(?:passed|failed|errors?)\b.*?) in [\d.]+s", text, re.M))]
-    failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
-    return {"result": "pass" if code == 0 else f"exit {code}", "summary": summary[-1:] or [],
-            "failed": failed, "seconds": round(time.monotonic() - start), "log": str(log)}
+    counts = _counts(text)
+    failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M)))
+    return {"result": "pass" if code == 0 else f"exit {code}",
+            "summary": ", ".join(f"{counts[k]} {k}" for k in
+                                 ("passed", "failed", "error", "skipped") if counts[k]),
+            "failed": failed, "skipped": _skip_reasons(text),
+            "seconds": round(time.monotonic() - start), "log": str(log)}
+
+
+def _cells(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if args.cells:
+        return [tuple(c.split(":", 1)) for c in args.cells.split(",")]  # type: ignore[misc]
+    if args.python or args.torch:
+        pythons = (args.python or "3.11").split(",")
+        torches = (args.torch or ",".join(RELEASES)).split(",")
+        return [(p, t) for p in pythons for t in torches]
+    return list(CELLS)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the cells asked for; exit 1 when any of them failed."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--python", default=",".join(PYTHONS))
-    ap.add_argument("--torch", default=",".join(TORCHES))
+    ap.add_argument("--cells", help="python:torch pairs, e.g. 3.11:2.8.0,3.13:2.14.1")
+    ap.add_argument("--python", help="Pythons, crossed with --torch (e.g. 3.10,3.13)")
+    ap.add_argument("--torch", help="torch releases, crossed with --python")
     ap.add_argument("--suite", choices=("full", "sensitive"), default="full")
     ap.add_argument("--dir", default=str(REPO / ".venv-matrix"))
+    ap.add_argument("--wheels", help="a folder of <version>/ wheel folders to install from")
+    ap.add_argument("--keep", action="store_true", help="keep each venv after its run")
     ap.add_argument("--install-timeout", type=float, default=3600,
                     help="seconds torch may take to install (download included)")
     ap.add_argument("--skip-uninstallable", action="store_true",
@@ -114,30 +165,33 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
+    wheels = Path(args.wheels) if args.wheels else None
     rows = []
     worst = 0
-    for version in args.python.split(","):
+    for version, torch in _cells(args):
         python = find_python(version)
-        for torch in args.torch.split(","):
-            if python is None:
-                cell = {"result": f"no Python {version} here"}
-            else:
-                cell = run_cell(python, version, torch, args.suite, folder,
-                                args.install_timeout)
-            if cell.get("uninstallable") and args.skip_uninstallable:
-                cell["result"] = f"SKIPPED: {cell['result']} (see {cell['log']})"
-            else:
-                worst = worst or (cell["result"] != "pass")
-            line = f"Python {version} x torch {torch}: {cell['result']}"
-            line += f" ({'; '.join(cell.get('summary', []))}, {cell.get('seconds', '?')} s)"
-            print(line, flush=True)
-            for name in cell.get("failed", [])[:20]:
-                print(f"    FAILED {name}")
-            rows.append((version, torch, cell))
-    print("\n| Python | torch | suite | result |\n|---|---|---|---|")
+        if python is None:
+            cell: dict = {"result": f"no Python {version} here"}
+        else:
+            cell = run_cell(python, version, torch, args.suite, folder, args.install_timeout,
+                            wheels, args.keep)
+        if cell.get("uninstallable") and args.skip_uninstallable:
+            cell["result"] = f"SKIPPED: {cell['result']} (see {cell['log']})"
+        else:
+            worst = worst or (cell["result"] != "pass")
+        line = f"Python {version} x torch {torch}: {cell['result']}"
+        line += f" ({cell.get('summary', '')}, {cell.get('seconds', '?')} s)"
+        print(line, flush=True)
+        for name in cell.get("failed", [])[:20]:
+            print(f"    FAILED {name}", flush=True)
+        rows.append((version, torch, cell))
+    print("\n| Python | torch | suite | result | skipped, and why |\n|---|---|---|---|---|")
     for version, torch, cell in rows:
-        summary = "; ".join(cell.get("summary", [])) or cell["result"]
-        print(f"| {version} | {torch} | {args.suite} | {summary} |")
+        summary = cell.get("summary") or cell["result"]
+        if cell["result"] != "pass" and cell.get("summary"):
+            summary = f"**{cell['result']}**: {summary}"
+        why = "; ".join(cell.get("skipped", [])) or "-"
+        print(f"| {version} | {torch} | {args.suite} | {summary} | {why} |")
     return 1 if worst else 0
 
 

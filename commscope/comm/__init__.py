@@ -5,16 +5,19 @@
 where it deliberately differs. Reports, the JSON dump and the offline viewer work from a
 :class:`CommTrace`, which :func:`load_json` also rebuilds from a dump file. :func:`diff`
 compares two traces (what a plan change or a model PR added to communication).
+
+Traces, reports, the viewer and ``diff`` need no torch (read a colleague's dump on a
+laptop); ``CommDebugMode`` and ``CommCounts`` are loaded on first use and need it.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from commscope.comm.compare import diff
 from commscope.comm.compare_report import diff_to_json, format_diff
 from commscope.comm.compare_types import DiffInputError, DiffRow, TraceDiff
 from commscope.comm.compare_viewer import write_diff_viewer
-from commscope.comm.counts import CommCounts
-from commscope.comm.mode import CommDebugMode
 from commscope.comm.report import format_summary, format_table
 from commscope.comm.schema import SCHEMA_VERSION, load_json, trace_from_json, trace_to_json
 from commscope.comm.trace import CollectiveRecord, CommTrace, ModuleNode, OpEntry
@@ -43,3 +46,17 @@ __all__ = [
     "write_diff_viewer",
     "write_viewer",
 ]
+
+if TYPE_CHECKING:
+    from commscope.comm.counts import CommCounts
+    from commscope.comm.mode import CommDebugMode
+
+_LAZY = {"CommDebugMode": "commscope.comm.mode", "CommCounts": "commscope.comm.counts"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'commscope.comm' has no attribute {name!r}")

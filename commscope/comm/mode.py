@@ -27,6 +27,9 @@ import logging
 import os
 from typing import Any
 
+import commscope.needs_torch  # noqa: F401 (first: a clear error where torch is absent)
+
+# isort: split
 import torch
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -2,7 +2,7 @@
 
 CommDebugMode reads a few private ``torch._C`` entry points (the autograd graph task and
 node, the dispatch-mode slot). On a torch without one of them, importing
-``commscope.comm`` raises :class:`CommUnsupported` naming the torch version and the
+``CommDebugMode`` raises :class:`CommUnsupported` naming the torch version and the
 missing name, instead of an ``AttributeError`` deep in an import or, worse, hooks that
 quietly count nothing.
 """

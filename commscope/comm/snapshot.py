@@ -23,6 +23,7 @@ from commscope.comm.modules import (
     ModuleTracker,
 )
 from commscope.comm.trace import CollectiveRecord, CommTrace, ModuleNode, OpEntry
+from commscope.compat import mesh_group_names
 
 __all__ = [
     "mesh_axes",
@@ -40,7 +41,7 @@ def mesh_axes(meshes: dict[int, Any]) -> dict[str, str]:
     axes: dict[str, str] = {}
     for mesh in list(meshes.values()):
         names = getattr(mesh, "mesh_dim_names", None)
-        groups = getattr(mesh, "_dim_group_names", None) or []
+        groups = mesh_group_names(mesh)
         for i, group_name in enumerate(groups):
             if group_name is not None:
                 axes.setdefault(str(group_name), names[i] if names else f"dim_{i}")
@@ -49,10 +50,7 @@ def mesh_axes(meshes: dict[int, Any]) -> dict[str, str]:
 
 def known_group(group_name: str, meshes: dict[int, Any]) -> bool:
     """True when one of the meshes seen so far has ``group_name`` as one of its axes."""
-    for mesh in meshes.values():
-        if group_name in (getattr(mesh, "_dim_group_names", None) or ()):
-            return True
-    return False
+    return any(group_name in mesh_group_names(mesh) for mesh in meshes.values())
 
 
 def find_meshes(meshes: dict[int, Any], max_frames: int = 48) -> None:

@@ -11,6 +11,7 @@ See ``docs/flight.md``; ``commscope run`` enables it for an unchanged script.
 
 from __future__ import annotations
 
+import commscope.needs_torch  # noqa: F401 (first: a clear error where torch is absent)
 from commscope.flight.api import (
     config,
     disable,

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commscope.compat import has
 from commscope.flight.describe import (
     any_source,
     arg,
@@ -51,13 +52,12 @@ from commscope.flight.recorder import SLOT
 __all__ = ["RecordingProcessGroup"]
 
 _PG = dist.ProcessGroup
-
-# torch 2.13 named the single-tensor forms ``all_gather_single``/``reduce_scatter_single``;
-# older releases have only the underscored names, which newer ones keep as aliases.
-_ALL_GATHER_SINGLE = "all_gather_single" if hasattr(_PG, "all_gather_single") else "_allgather_base"
-_REDUCE_SCATTER_SINGLE = (
-    "reduce_scatter_single" if hasattr(_PG, "reduce_scatter_single") else "_reduce_scatter_base"
-)
+_NEW_NAMES = has("pg_single_tensor_names")
+"""torch 2.13 named the single-tensor forms ``all_gather_single``/``reduce_scatter_single``
+(and ``all_to_all_single``, coalesced forms); older releases have only the underscored
+names, which newer ones keep as aliases (:mod:`commscope.compat`)."""
+_ALL_GATHER_SINGLE = "all_gather_single" if _NEW_NAMES else "_allgather_base"
+_REDUCE_SCATTER_SINGLE = "reduce_scatter_single" if _NEW_NAMES else "_reduce_scatter_base"
 
 
 # --------------------------------------------------------------------------- the group
@@ -369,7 +369,7 @@ class RecordingProcessGroup(_PG):
 
     # torch before 2.13: the older names are the real methods (not aliases). ----------
 
-    if not hasattr(_PG, "all_to_all_single"):
+    if not _NEW_NAMES:
 
         def alltoall_base(self, *args: Any, **kwargs: Any) -> Any:
             """Run an ``all_to_all_single`` (torch < 2.13) and record it."""
@@ -382,7 +382,7 @@ class RecordingProcessGroup(_PG):
                 return call(*args, **kwargs)
             return rec.run(self, "all_to_all", out_in, call, args, kwargs)
 
-    if not hasattr(_PG, "all_gather_single_coalesced"):
+    if not _NEW_NAMES:
 
         def allgather_into_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
             """Run a coalesced ``all_gather_into_tensor`` (torch < 2.13) and record it."""
@@ -395,7 +395,7 @@ class RecordingProcessGroup(_PG):
                 return call(*args, **kwargs)
             return rec.run(self, "all_gather_into_tensor_coalesced", out_in, call, args, kwargs)
 
-    if not hasattr(_PG, "reduce_scatter_single_coalesced"):
+    if not _NEW_NAMES:
 
         def reduce_scatter_tensor_coalesced(self, *args: Any, **kwargs: Any) -> Any:
             """Run a coalesced ``reduce_scatter_tensor`` (torch < 2.13) and record it."""
@@ -427,14 +427,16 @@ class RecordingProcessGroup(_PG):
             info.coalesced_seq = None
         return (self._commscope_inner or _Base(self))._end_coalescing(*args, **kwargs)
 
-    def split_group(self, *args: Any, **kwargs: Any) -> Any:
-        """Split as torch does; the new group is recorded too (see ``install.adopt``)."""
-        new = (self._commscope_inner or _Base(self)).split_group(*args, **kwargs)
-        rec = SLOT.rec
-        info = getattr(self, "_commscope_info", None)
-        if new is None or rec is None or info is None:
-            return new
-        from commscope.flight.install import adopt
+    if has("pg_split_group"):  # torch 2.9+; before, a plain group has none either
 
-        ranks = [info.ranks[r] for r in sorted(arg(args, kwargs, 0, "ranks") or [])]
-        return adopt(new, rec, ranks or None, arg(args, kwargs, 1, "timeout"))
+        def split_group(self, *args: Any, **kwargs: Any) -> Any:
+            """Split as torch does; the new group is recorded too (see ``install.adopt``)."""
+            new = (self._commscope_inner or _Base(self)).split_group(*args, **kwargs)
+            rec = SLOT.rec
+            info = getattr(self, "_commscope_info", None)
+            if new is None or rec is None or info is None:
+                return new
+            from commscope.flight.install import adopt
+
+            ranks = [info.ranks[r] for r in sorted(arg(args, kwargs, 0, "ranks") or [])]
+            return adopt(new, rec, ranks or None, arg(args, kwargs, 1, "timeout"))

@@ -33,6 +33,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from commscope.compat import backend_name, has
 from commscope.flight.backend import RecordingProcessGroup
 from commscope.flight.groups import GroupInfo
 from commscope.flight.recorder import SLOT, Recorder
@@ -43,6 +44,7 @@ __all__ = ["install", "uninstall", "installed", "adopt", "register_group"]
 logger = logging.getLogger(__name__)
 
 _REAL_PG = c10d.ProcessGroup
+_BACKEND_SAYS = has("supports_coalescing")
 _lock = threading.RLock()
 _originals: dict[str, Any] = {}
 
@@ -95,10 +97,12 @@ def attach_inner(pg: Any, store: Any) -> None:
         inner.bound_device_id = pg.bound_device_id
     type_map = dist.Backend.backend_type_map
     custom = _REAL_PG.BackendType.CUSTOM
-    inner._set_default_backend(type_map.get(str(pg._get_backend_name()).lower(), custom))
+    default = str(pg._get_backend_name()).lower()
+    inner._set_default_backend(type_map.get(default, custom))
     for device in pg._device_types:
         backend = pg._get_backend(device)
-        inner._register_backend(device, type_map.get(str(backend.name()).lower(), custom), backend)
+        name = backend_name(backend, default)
+        inner._register_backend(device, type_map.get(name, custom), backend)
     inner._set_group_name(pg.group_name)
     inner._set_group_desc(pg.group_desc)
     pg._commscope_inner = inner
@@ -178,7 +182,10 @@ def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
         info.batch_p2p_seq = info.p2p_seq_id
     try:
         device = p2p_op_list[0].tensor.device
-        if group._get_backend(device).supports_coalescing:
+        # torch 2.6 decides by the device type alone (a recording group is coalesced
+        # there as a plain one is); later releases by the backend's say, but only for a
+        # group of exactly the class ProcessGroup, which ours is not.
+        if _BACKEND_SAYS and group._get_backend(device).supports_coalescing:
             # What torch does for a plain ProcessGroup on a coalescing backend (NCCL):
             # issue every op inside one coalescing block.
             c10d._check_p2p_op_list(p2p_op_list)
@@ -202,7 +209,7 @@ def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any =
         default_name = str(pg.name()).lower()
         for device in pg._device_types:
             backend = pg._get_backend(device)
-            name = str(backend.name()).lower() if hasattr(backend, "name") else default_name
+            name = backend_name(backend, default_name)
             kind = dist.Backend.backend_type_map.get(name, _REAL_PG.BackendType.CUSTOM)
             new._register_backend(device, kind, backend)
         new._set_default_backend(
@@ -218,7 +225,8 @@ def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any =
             new,
             list(ranks) if ranks is not None else list(range(pg.size())),
             pg.rank(),
-            {str(d.type): str(pg._get_backend(d).name()).lower() for d in pg._device_types},
+            {str(d.type): backend_name(pg._get_backend(d), default_name)
+             for d in pg._device_types},
             _timeout_ms(timeout),
         )
         return new

@@ -32,10 +32,12 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from time import perf_counter_ns, time_ns
 from typing import Any
 
 from commscope.collectives import normalize_dtype_name
+from commscope.compat import has, work_failed
 from commscope.flight.config import FlightConfig
 from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.groups import POLLED_BACKENDS, GroupInfo
@@ -59,6 +61,9 @@ the group rank of a p2p op's other side, ``None`` for a collective.
 
 
 _getframe = sys._getframe
+_WRAP_WORKS = has("py_work_holder")
+"""Whether a :class:`TrackedWork` may go to C++ callers (torch 2.7+, see
+:mod:`commscope.compat`)."""
 _new_entry = object.__new__
 get_ident = threading.get_ident
 
@@ -370,10 +375,29 @@ class Recorder:
             if work is None:
                 self.complete(e)
                 return work
-            return TrackedWork(work, e, self)
+            if _WRAP_WORKS:
+                return TrackedWork(work, e, self)
+            return self._follow_unwrapped(e, work)
         except Exception as exc:
             self.fail(exc)
             return work
+
+    def _follow_unwrapped(self, e: Entry, work: Any) -> Any:
+        """On torch 2.6 (no ``PyWorkHolder``, see :mod:`commscope.compat`) C++ does not keep
+        a Work made in Python alive, so a :class:`TrackedWork` handed to a functional
+        collective would be waited on as an empty Work, forever. The backend's own work
+        goes back instead; its future says when it completed, and a work without a
+        future (gloo's send, recv and reduce_scatter_tensor there) is polled, held until
+        it completes, as NCCL's works are."""
+        try:
+            future = work.get_future()
+        except (RuntimeError, AttributeError):
+            self.polled[e.record_id] = (e, work)
+            if len(self.polled) >= 1024:
+                self.poll()
+            return work
+        future.add_done_callback(partial(self._on_future_cb, e))
+        return work
 
     def not_issued(self, e: Entry | None) -> None:
         """The backend raised instead of returning a work: the entry ends here."""
@@ -429,7 +453,7 @@ class Recorder:
                 continue
             if not failed:
                 try:
-                    failed = work.exception() is not None
+                    failed = work_failed(work)
                 except Exception:
                     failed = False
             duration = None

@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
+import commscope.needs_torch  # noqa: F401 (first: a clear error where torch is absent)
+
+# isort: split
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh

@@ -8,10 +8,12 @@ import pytest
 from commscope.analyze import analyze
 from tests.data import make_recorded_fixtures
 from tests.data.make_native_fixtures import generate
+from tests.needs import torch_has
 
 pytestmark = pytest.mark.dist
 
 
+@torch_has("gloo_flight_recorder")
 @pytest.mark.parametrize("name,kind,culprits,seq", [
     ("missing_rank", "missing_rank", [2], 4),
     ("cross_group_deadlock", "cross_group_deadlock", [0, 1, 2], 2),

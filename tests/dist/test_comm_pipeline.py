@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 
 from commscope.comm import load_json
+from tests.needs import torch_has
 
 pytestmark = pytest.mark.dist
 
@@ -121,7 +122,8 @@ def _directions(records: list[dict]) -> Counter:
     return Counter((r["collective"], r["phase"], r["module"], r["stage"]) for r in records)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", [
+    "gpipe", pytest.param("1f1b", marks=torch_has("pipeline_1f1b_on_gloo"))])
 def test_pipeline_p2p_phase_and_stage(ranks, tmp_path, schedule):
     results = ranks(_schedule_rank, 2, schedule, str(tmp_path), timeout=120)
     n = MICROBATCHES
@@ -194,6 +196,7 @@ def _batch_rank(rank: int, world_size: int) -> dict:
     return [r.to_json() for r in cm.records]
 
 
+@torch_has("functional_batch_p2p")
 def test_functional_batch_p2p_uses_the_tags(ranks):
     results = ranks(_batch_rank, 2, timeout=120)
     for rank, records in enumerate(results):
@@ -229,6 +232,7 @@ def _interleaved_rank(rank: int, world_size: int) -> list[dict]:
     return [r.to_json() for r in cm.records]
 
 
+@torch_has("pipeline_1f1b_on_gloo")
 def test_interleaved_stages_on_one_rank_stay_apart(ranks):
     results = ranks(_interleaved_rank, 2, timeout=120)
     n = MICROBATCHES

@@ -15,7 +15,9 @@ from datetime import timedelta
 import pytest
 
 from commscope.collectives import canonical_name, numel
+from commscope import compat
 from tests.harness import run_ranks
+from tests.needs import needs_torch, torch_has
 
 pytestmark = pytest.mark.dist
 
@@ -49,6 +51,7 @@ def _healthy_step(rank, world_size):
     )
 
     import commscope.flight as flight
+    from commscope import compat
 
     _init(rank, world_size, watchdog=False, handle_signals=False, dump_on_exception=False)
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -58,13 +61,16 @@ def _healthy_step(rank, world_size):
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
     mlp = parallelize_module(mlp, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     mlp(torch.randn(4, 8)).sum().backward()
-    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
-    fully_shard(model[0], mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
-    model(torch.randn(4, 8)).sum().backward()
+    if compat.has("fsdp2_on_cpu"):  # torch 2.7+ (before, FSDP2 cannot train on CPU)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+        fully_shard(model[0], mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        model(torch.randn(4, 8)).sum().backward()
     ours = flight.snapshot()
-    # gloo's own recorder (on by default in torch 2.13) is the independent witness.
-    native = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    # gloo's own recorder (torch 2.8+, on by default) is the independent witness.
+    native = None
+    if compat.has("gloo_flight_recorder"):
+        native = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
     return ours, native
 
 
@@ -79,16 +85,17 @@ def test_healthy_ddp_tp_fsdp2_step_is_recorded_on_every_rank(tmp_path):
     by_rank = {}
     for rank, (ours, native) in enumerate(results):
         entries = ours["entries"]
+        assert entries
         # Every collective gloo saw, we saw: same group, op, sizes, in the same order.
-        assert len(entries) == len(native["entries"]) > 0
-        for e, n in zip(entries, native["entries"]):
+        assert native is None or len(entries) == len(native["entries"])
+        for e, n in zip(entries, native["entries"] if native else []):
             assert e["process_group"] == tuple(n["process_group"]), (e, n)
             assert _same_op(e, n), (e["profiling_name"], n["profiling_name"])
             assert e["input_sizes"] == n["input_sizes"]
             if canonical_name(e["profiling_name"]) == canonical_name(n["profiling_name"]):
                 out_numel = [numel(s) for s in e["output_sizes"]]
                 assert out_numel == [numel(s) for s in n["output_sizes"]]
-            assert e["state"] == "completed" and e["retired"]
+        assert all(e["state"] == "completed" and e["retired"] for e in entries)
         assert ours["rank"] == rank and ours["world_size"] == 4
         dp = [rank % 2, rank % 2 + 2]
         tp = [rank // 2 * 2, rank // 2 * 2 + 1]
@@ -104,8 +111,9 @@ def test_healthy_ddp_tp_fsdp2_step_is_recorded_on_every_rank(tmp_path):
         kinds = {(e["process_group"][1], e["profiling_name"], e["mesh_axis"]) for e in entries}
         assert ("default_pg", "gloo:all_reduce", None) in kinds  # DDP's bucket
         assert ("mesh_tp", "gloo:all_reduce", "tp") in kinds  # RowwiseParallel output
-        assert ("mesh_dp", "gloo:_all_gather_base", "dp") in kinds  # FSDP2 unshard
-        assert ("mesh_dp", "gloo:_reduce_scatter_base", "dp") in kinds  # FSDP2 grads
+        if compat.has("fsdp2_on_cpu"):
+            assert ("mesh_dp", "gloo:_all_gather_base", "dp") in kinds  # FSDP2 unshard
+            assert ("mesh_dp", "gloo:_reduce_scatter_base", "dp") in kinds  # FSDP2 grads
         ddp = [
             e
             for e in entries
@@ -208,7 +216,9 @@ def test_hang_every_rank_dumps_and_torch_fr_trace_names_the_missing_rank(tmp_pat
     assert instead["profiling_name"] == "gloo:_all_gather_base"
     assert instead["state"] == "completed"
 
-    # PyTorch's own analyzer reads the dumps and blames the same rank.
+    # PyTorch's own analyzer (torch 2.10+ ships it as a module) reads the dumps and
+    # blames the same rank.
+    needs_torch("torch_fr_trace")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(out)],
         capture_output=True,
@@ -453,7 +463,9 @@ def _adopted_group(rank, world_size):
 def test_a_group_built_in_cpp_is_adopted_and_recorded(tmp_path):
     for rank, (kind, work, values, entries, config) in enumerate(
             run_ranks(_adopted_group, 2, tmp_path, timeout=60, init=False)):
-        assert kind == "RecordingProcessGroup" and work == "TrackedWork"
+        # torch 2.6 cannot keep a Python-made Work alive for C++: the backend's own there
+        wrapped = "TrackedWork" if compat.has("py_work_holder") else "Work"
+        assert kind == "RecordingProcessGroup" and work == wrapped
         assert values == [3.0, 3.0, 3.0]  # forwarded to the real gloo backend
         assert len(entries) == 1
         name, (group, desc), seq, state = entries[0]
@@ -484,6 +496,7 @@ def _split_on_gloo(rank, world_size):
             [(e["profiling_name"], e["process_group"][1], e["state"]) for e in snap["entries"]])
 
 
+@torch_has("pg_split_group")
 def test_split_group_and_coalescing_calls_reach_the_backend(tmp_path):
     # one rank: gloo splits only a group of one without an accelerator-bound default group
     [(kind, errors, entries)] = run_ranks(_split_on_gloo, 1, tmp_path, timeout=60, init=False)

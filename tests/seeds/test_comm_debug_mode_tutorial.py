@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from commscope import compat
+from tests.needs import needs_torch
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "tutorial_comm_debug_mode.py"
 
@@ -54,6 +57,7 @@ def _run_tutorial(rank, world, root):
 def tutorial_output(tmp_path_factory):
     from tests.harness import run_ranks
 
+    needs_torch("dtensor_tp_transformer_on_cpu")  # the page's Transformer
     root = tmp_path_factory.mktemp("comm_tutorial")
     printed = run_ranks(_run_tutorial, 4, root, str(root), timeout=120)
     return root, printed
@@ -78,9 +82,11 @@ def test_log_file_and_json_dump_use_the_pages_names(tutorial_output):
         assert "*c10d_functional.all_reduce: 6" in log  # 2 layers: attention + ffn, and output
         dump = json.loads((root / f"rank{rank}" / "comm_mode_log.json").read_text())
         assert dump["fqn"] == "Global"
+        # torch's DTensor before 2.12 all-gathers 7 times in this forward, not once
+        gathers = 1 if compat.has("dtensor_counts_of_2_12") else 7
         assert dump["collectives_forward"] == [
             ["c10d_functional.all_reduce", 6],
-            ["c10d_functional.all_gather_into_tensor", 1],
+            ["c10d_functional.all_gather_into_tensor", gathers],
         ]
         assert [c["fqn"] for c in dump["children"]] == ["Transformer"]
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import torch_has
+
 pytestmark = pytest.mark.dist
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -52,6 +54,7 @@ def test_two_d_setup_gives_the_tutorials_groups(ranks):
         assert out["replicate"] == out["mesh_replicate"] == expected_replicate
 
 
+@torch_has("fsdp2_on_cpu")
 def test_hsdp_example_trains_a_step_with_fsdp1_and_fsdp2(ranks):
     results = ranks(_run_script, 8, "tutorial_hsdp.py", timeout=120)
     for out in results:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from commscope import compat
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,9 @@ def test_bench_script_smoke(tmp_path):
     lines = proc.stdout.splitlines()
     row4 = next(line for line in lines if line.split()[:1] == ["4"])
     row8 = next(line for line in lines if line.split()[:1] == ["8"])
-    assert "ours yes, torch yes" in row4
+    if compat.has("torch_fr_trace"):
+        assert "ours yes, torch yes" in row4
+    else:  # torch before 2.10 ships no fr_trace module to compare with
+        assert row4.rstrip().endswith("ours yes") and "has no fr_trace" in proc.stdout
     assert row8.rstrip().endswith("ours yes")
     assert "1.0 = linear" in proc.stdout

@@ -32,6 +32,7 @@ from commscope.cli import main
 from commscope.comm import CommTrace, DiffInputError, TraceDiff, diff, diff_to_json, format_diff
 from commscope.comm.compare_report import summary_line
 from commscope.comm.compare_types import UNKNOWN_AXIS
+from tests.needs import torch_has
 
 warnings.filterwarnings("ignore", category=UserWarning)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -280,6 +281,7 @@ def test_bad_inputs_name_the_input(tmp_path):
         diff(broken, broken)
 
 
+@torch_has("dtensor_tp_transformer_on_cpu")
 def test_sequence_parallel_moves_more_bytes_in_less_time(tmp_path, capsys):
     """The 2-layer TP Transformer without and with SP (docs/comm.md's counts: TP issues
     all_reduce 15 + all_gather 1, TP + SP reduce_scatter 11 + all_gather 12). Bytes rise:

@@ -19,6 +19,7 @@ pytest.importorskip("expecttest")
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
 
+from commscope import compat
 from commscope.comm import CommDebugMode
 from commscope.comm.examples import (
     mlp_input,
@@ -26,6 +27,7 @@ from commscope.comm.examples import (
     tp_transformer,
     transformer_input,
 )
+from tests.needs import torch_has
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -62,6 +64,27 @@ def _run_both(build, step):
     return result["torch"], ours
 
 
+_AG = "c10d_functional.all_gather_into_tensor"
+
+
+def _charge_wo_regather_to_attention(mine: dict, pytorch: dict) -> None:
+    """torch before 2.12: DTensor all-gathers attention's output once more in backward,
+    inside attention but after ``wo``'s backward pre-hook fired. PyTorch charges it to
+    ``attention.wo``; we charge it to ``attention``, whose forward made the autograd node
+    (both count it under ``attention``). Move PyTorch's to where ours is."""
+    if compat.has("dtensor_counts_of_2_12"):
+        return
+    for layer in (0, 1):
+        wo = f"Transformer.layers.{layer}.attention.wo"
+        theirs = dict(pytorch[wo]["backward"])
+        assert theirs.get(_AG, 0) == mine[wo]["backward"].get(_AG, 0) + 1, (wo, theirs)
+        if theirs[_AG] == 1:
+            del theirs[_AG]
+        else:
+            theirs[_AG] -= 1
+        pytorch[wo] = {**pytorch[wo], "backward": theirs}
+
+
 def _forward(model, inp):
     model(inp)
 
@@ -83,7 +106,9 @@ def test_tp_mlp_matches_pytorch(tp_mesh, step):
     assert ours.get_total_counts() == theirs.get_total_counts() == 1
     assert _module_counts(ours) == _module_counts(theirs)
     assert ours.get_sharding_info() == theirs.get_sharding_info()
-    assert repr(ours) == repr(theirs) == "CommDebugMode(get_total_counts()=1)"
+    assert repr(ours) == "CommDebugMode(get_total_counts()=1)"
+    if compat.has("comm_debug_mode_repr"):  # torch 2.10+ prints its mode so too
+        assert repr(theirs) == repr(ours)
     ours_params = ours.get_parameter_info()
     theirs_params = theirs.get_parameter_info()
     assert {m: sorted(p) for m, p in ours_params.items()} == {
@@ -100,34 +125,43 @@ def test_tp_mlp_matches_pytorch(tp_mesh, step):
     assert tracker.sharding_dict == their_tracker.sharding_dict
 
 
+@torch_has("dtensor_tp_transformer_on_cpu")
 def test_tp_transformer_forward_matches_pytorch(tp_mesh):
     theirs, ours = _run_both(lambda: (tp_transformer(tp_mesh), transformer_input()), _forward)
     assert _counts(ours) == _counts(theirs)
-    assert _counts(ours) == {
-        "c10d_functional.all_reduce": 6,
-        "c10d_functional.all_gather_into_tensor": 1,
-    }
+    if compat.has("dtensor_counts_of_2_12"):  # what torch's DTensor issues since 2.12
+        assert _counts(ours) == {
+            "c10d_functional.all_reduce": 6,
+            "c10d_functional.all_gather_into_tensor": 1,
+        }
     assert _module_counts(ours) == _module_counts(theirs)
 
 
+@torch_has("dtensor_tp_transformer_on_cpu")
 def test_tp_transformer_forward_backward_matches_pytorch(tp_mesh):
     theirs, ours = _run_both(
         lambda: (tp_transformer(tp_mesh), transformer_input()), _forward_backward
     )
     assert _counts(ours) == _counts(theirs)
-    assert ours.comm_module_counts["Global"]["backward"]["all_reduce"] == 9
-    assert _module_counts(ours) == _module_counts(theirs)
+    if compat.has("dtensor_counts_of_2_12"):
+        assert ours.comm_module_counts["Global"]["backward"]["all_reduce"] == 9
+    mine, pytorch = _module_counts(ours), _module_counts(theirs)
+    _charge_wo_regather_to_attention(mine, pytorch)
+    assert mine == pytorch
 
 
+@torch_has("dtensor_tp_transformer_on_cpu")
 def test_tp_sp_transformer_matches_pytorch_except_backward_attribution(tp_mesh):
     theirs, ours = _run_both(
         lambda: (tp_transformer(tp_mesh, sequence_parallel=True), transformer_input()),
         _forward_backward,
     )
-    assert _counts(ours) == _counts(theirs) == {
-        "c10d_functional.reduce_scatter_tensor": 11,
-        "c10d_functional.all_gather_into_tensor": 12,
-    }
+    assert _counts(ours) == _counts(theirs)
+    if compat.has("dtensor_counts_of_2_12"):
+        assert _counts(ours) == {
+            "c10d_functional.reduce_scatter_tensor": 11,
+            "c10d_functional.all_gather_into_tensor": 12,
+        }
     mine, pytorch = _module_counts(ours), _module_counts(theirs)
     # PyTorch charges the backward reduce-scatter of attention's input redistribution
     # (PrepareModuleInput, attention's own hook) to attention.wq, whose backward pre-hook
@@ -140,6 +174,7 @@ def test_tp_sp_transformer_matches_pytorch_except_backward_attribution(tp_mesh):
         assert mine[attention] == pytorch[attention]
         assert mine[attention]["backward"]["c10d_functional.reduce_scatter_tensor"] == 1
         del pytorch[wq]
+    _charge_wo_regather_to_attention(mine, pytorch)
     assert mine == pytorch
 
 
@@ -153,6 +188,7 @@ class _Net(nn.Module):
         return self.l2(torch.relu(self.l1(x)))
 
 
+@torch_has("fsdp2_on_cpu")
 def test_fsdp2_matches_pytorch(fake_pg):
     from torch.distributed.fsdp import fully_shard
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 import commscope.flight as flight
+from commscope import compat
 from commscope.collectives import canonical_name
 from commscope.flight.backend import RecordingProcessGroup
 from commscope.flight.config import resolve_config
@@ -342,8 +343,12 @@ def test_eager_sync_calls_get_the_light_wrapper_the_rest_a_real_work():
     # may hand the work on to C++: it must be a real dist.Work.
     for args in ((_Opts(True),), ([],), ()):
         work = rec.run(group, "barrier", nothing, call, args, {})
-        assert type(work) is TrackedWork and isinstance(work, dist.Work)
+        if compat.has("py_work_holder"):
+            assert type(work) is TrackedWork and isinstance(work, dist.Work)
+        else:  # torch 2.6: C++ would drop a Python-made Work; the backend's own goes back
+            assert type(work) is _Work
         work.wait()
+    rec.poll()  # torch 2.6: a work without a future is polled (the watchdog's job)
     failing = rec.run(group, "barrier", nothing, lambda *a: _Work(RuntimeError("peer gone")),
                       (_Opts(False),), {})
     with pytest.raises(RuntimeError, match="peer gone"):

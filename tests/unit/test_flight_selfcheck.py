@@ -94,7 +94,7 @@ def test_commscope_run_refuses_to_start(tmp_path):
 
 def test_comm_tracing_on_a_torch_without_its_hooks_says_what_is_missing():
     code = ("import torch; del torch._C._current_graph_task_id\n"
-            "try:\n    import commscope.comm\n"
+            "try:\n    from commscope.comm import CommDebugMode\n"
             "except ImportError as e:\n    print(type(e).__name__, e)\n")
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
