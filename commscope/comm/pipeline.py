@@ -13,6 +13,9 @@ through the stage method it asks for the ops. While a :class:`CommDebugMode` is 
    each with the stage index. A tag is ``id(tensor) -> (weak reference, tag)``; the weak
    reference's callback drops the entry when the tensor dies, so no tensor is kept alive
    and a reused ``id`` never matches a dead tensor's tag.
+   Where a builder's ops go both ways (torch 2.10-2.11's first-step handshake with the
+   neighbour stages, ``_get_init_p2p_neighbors_ops``), each op's phase is its direction:
+   toward the next stage is ``forward``.
 2. The stage's one-time set-up (the warm-up vote and the shape/metadata exchange of the
    first step: ``_warmup_forward_vote``, ``_prepare_forward_infra``,
    ``_warmup_backward_result``, ``_prepare_backward_infra``) builds its tensors inside
@@ -83,6 +86,9 @@ _OP_BUILDERS = {
     "get_bwd_recv_ops": BACKWARD,
     "get_bwd_send_ops": BACKWARD,
 }
+# Op builders whose ops go both ways (torch 2.10-2.11's first-step handshake with the
+# neighbour stages): the phase of each op is its direction (toward the next stage: forward).
+_TWO_WAY_BUILDERS = ("_get_init_p2p_neighbors_ops",)
 # Set-up methods that issue send/recv themselves: phase of what they issue.
 _SETUP_METHODS = {
     "_warmup_forward_vote": FORWARD,
@@ -176,6 +182,9 @@ def _wrap(module: Any) -> None:
         for name, phase in _OP_BUILDERS.items():
             if callable(own.get(name)):
                 _replace(cls, name, _builder_wrapper(own[name], phase))
+        for name in _TWO_WAY_BUILDERS:
+            if callable(own.get(name)):
+                _replace(cls, name, _two_way_wrapper(own[name]))
         for name, phase in _SETUP_METHODS.items():
             if callable(own.get(name)):
                 _replace(cls, name, _setup_wrapper(own[name], phase))
@@ -208,6 +217,45 @@ def _builder_wrapper(original: Callable[..., Any], phase: int) -> Callable[..., 
                 tag = _tag_of(self, phase)
                 for op in ops:
                     _tag(getattr(op, "tensor", None), tag)
+        except Exception as exc:  # never let bookkeeping break the user's job
+            logger.debug("cannot tag pipeline ops: %s", exc)
+        return ops
+
+    return build_ops
+
+
+def _direction(stage: Any, op: Any) -> int:
+    """FORWARD for an op toward the next stage (a send to it, a recv from the previous
+    one), BACKWARD for one toward the previous stage."""
+    ranks = stage.stage_index_to_group_rank
+    peer = getattr(op, "group_peer", None)
+    is_send = getattr(getattr(op, "op", None), "__name__", "") == "isend"
+    to_next = peer == ranks.get(stage.stage_index + 1)
+    to_prev = peer == ranks.get(stage.stage_index - 1)
+    if to_next and not to_prev:
+        return FORWARD if is_send else BACKWARD
+    if to_prev and not to_next:
+        return BACKWARD if is_send else FORWARD
+    return FORWARD
+
+
+def _two_way_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def build_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ops = original(self, *args, **kwargs)
+        try:
+            phases: dict[int, int] = {}
+            for op in ops or ():
+                phase = _direction(self, op)
+                tensor = getattr(op, "tensor", None)
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                if phases.setdefault(id(tensor), phase) != phase:
+                    # one tensor sent both ways (a middle stage): the other direction
+                    # gets a view of it, the same bytes on the wire, a tag of its own
+                    op.tensor = tensor = tensor.view(tensor.shape)
+                    phases[id(tensor)] = phase
+                _tag(tensor, _tag_of(self, phase))
         except Exception as exc:  # never let bookkeeping break the user's job
             logger.debug("cannot tag pipeline ops: %s", exc)
         return ops

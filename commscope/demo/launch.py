@@ -71,6 +71,11 @@ def _rank_main(
     )
     ctx = RankContext(rank, world, workdir, conn)
     code = 0
+    # A rank reports through ``conn``; what torch itself prints on stdout (gloo's
+    # "[Gloo] Rank N is connected to ... peer ranks" on some releases) is not the demo's.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
     try:
         import torch
         import torch.distributed as dist

@@ -19,7 +19,7 @@ import pytest
 from commscope.comm import load_json
 from tests.needs import torch_has
 
-pytestmark = pytest.mark.dist
+pytestmark = [pytest.mark.dist, torch_has("pipelining_on_gloo")]
 
 MICROBATCHES = 4
 BATCH, WIDTH, OUT = 8, 8, 4
