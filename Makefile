@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.commscope-installed
 
 .PHONY: demo test test-matrix lint bench chromium clean
 
-$(STAMP): pyproject.toml setup.py Makefile commscope/analyze/_fastread.c commscope/flight/_stack.c
+$(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c commscope/flight/_stack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"

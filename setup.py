@@ -1,6 +1,6 @@
 """Build configuration beyond pyproject.toml: two optional C modules.
 
-``commscope.analyze._fastread`` reads flight-recorder dump pickles straight into
+``commscope.analyze.read._fastread`` reads flight-recorder dump pickles straight into
 columns (about 2x faster loading). It is optional: without a C compiler the build
 goes on without it and the analyzer uses the standard unpickler, with the same results.
 
@@ -14,8 +14,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "commscope.analyze._fastread",
-            ["commscope/analyze/_fastread.c"],
+            "commscope.analyze.read._fastread",
+            ["commscope/analyze/read/_fastread.c"],
             optional=True,
         ),
         Extension(

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
     from commscope import compat
-    from commscope.analyze import load
+    from commscope.analyze.read import load
 
     if args.torch_max and not compat.has("torch_fr_trace"):
         print(f"torch {compat.torch_version()} has no fr_trace module (torch 2.10+ has): "

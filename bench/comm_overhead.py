@@ -105,12 +105,12 @@ class _EntrySwapsFloor:
     entry points costs (no tracker, no bookkeeping)."""
 
     def __enter__(self) -> None:
-        from commscope.comm import hooks
+        from commscope.comm.capture import hooks
 
         hooks.attach(_SINK)
 
     def __exit__(self, *exc: object) -> None:
-        from commscope.comm import hooks
+        from commscope.comm.capture import hooks
 
         hooks.detach(_SINK)
 

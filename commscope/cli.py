@@ -172,7 +172,7 @@ def _run_view(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from commscope.comm.viewer import write_viewer
+    from commscope.comm.present.viewer import write_viewer
 
     data = None
     if args.dump and args.blank:
@@ -185,7 +185,7 @@ def _run_view(args: argparse.Namespace) -> int:
             raise UsageError(f"no such file: {args.dump}") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UsageError(f"cannot read {args.dump} as JSON: {exc}") from None
-        from commscope.comm.schema import is_comm_dump
+        from commscope.comm.trace.schema import is_comm_dump
 
         if not is_comm_dump(data):
             got = f"keys {sorted(data)[:5]}" if isinstance(data, dict) else type(data).__name__
@@ -253,10 +253,10 @@ def _run_diff(args: argparse.Namespace) -> int:
     import json
     import math
 
-    from commscope.comm.compare import diff
-    from commscope.comm.compare_report import diff_to_json, format_diff, growth_text
-    from commscope.comm.compare_types import DiffInputError
-    from commscope.comm.compare_viewer import write_diff_viewer
+    from commscope.comm.present.compare import diff
+    from commscope.comm.present.compare_report import diff_to_json, format_diff, growth_text
+    from commscope.comm.present.compare_types import DiffInputError
+    from commscope.comm.present.compare_viewer import write_diff_viewer
     from commscope.console import use_rich
 
     if not (args.bandwidth_gbps > 0 and math.isfinite(args.bandwidth_gbps)):
@@ -297,7 +297,7 @@ def _print_diff_rich(d: Any, unchanged: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from commscope.comm.compare_report import diff_columns, diff_parts
+    from commscope.comm.present.compare_report import diff_columns, diff_parts
 
     columns = diff_columns(d)
     heading, rows, _, rest = diff_parts(d, unchanged=unchanged, hint="--all to show")
@@ -375,7 +375,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
 
 def _entries_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--entries N [--ranks SPEC] [--group NAME]`` as keyword arguments, checked."""
-    from commscope.analyze.entries import parse_rank_spec
+    from commscope.analyze.present.entries import parse_rank_spec
 
     if args.entries is None:
         if args.ranks is not None or args.group:

@@ -22,7 +22,7 @@ install run a throw-away job and look at what it recorded:
    the first) pay nothing. A failing verdict is never cached.
 
 :func:`require_flight` raises :class:`~commscope.flight.selfcheck.RecorderUnsupported`
-and :func:`require_comm` raises :class:`~commscope.comm.needs.CommUnsupported`, each
+and :func:`require_comm` raises :class:`~commscope.comm.capture.needs.CommUnsupported`, each
 naming the torch version and what was not seen. A probe that could not run at all
 (no gloo, a child that died) is logged as an error and does not stop the job: it proves
 nothing either way. ``COMMSCOPE_SELFCHECK=0`` skips the probe.
@@ -59,7 +59,8 @@ _DROP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "COMMSCOPE_WATCH_TOKEN",
              "COMMSCOPE_WATCH_FILE")
 _SOURCES = ("probe.py", "flight/install.py", "flight/backend.py", "flight/recorder.py",
-            "flight/work.py", "comm/mode.py", "comm/modules.py", "comm/registry.py")
+            "flight/work.py", "comm/capture/mode.py", "comm/capture/modules.py",
+            "comm/capture/registry.py")
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ def require_comm() -> None:
         return
     result = probe()
     if not result.comm_ok:
-        from commscope.comm.needs import CommUnsupported
+        from commscope.comm.capture.needs import CommUnsupported
 
         raise CommUnsupported(
             f"commscope.comm cannot trace on torch {result.torch_version}: a throw-away "

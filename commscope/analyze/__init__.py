@@ -9,29 +9,33 @@ optionally gzip) with a loader that refuses to run code from a file; lines up ev
 group's collectives across ranks by sequence number; reports findings root cause
 first; writes JSON, a Perfetto timeline and an offline HTML report. Imports no torch.
 
-Steps, each a module of plain functions over plain data: :mod:`~.load` (files),
-:mod:`~.extract` and :mod:`~.records` (one dump → columns), :mod:`~.match` (membership,
-alignment, p2p pairing), :mod:`~.mismatch`, :mod:`~.waits`, :mod:`~.timing`,
-:mod:`~.crashes`, :mod:`~.cycles` and :mod:`~.diagnose` (findings, verdict),
-:mod:`~.report`, :mod:`~.entries` and :mod:`~.export` (outputs),
-:mod:`~.synth` (synthetic dumps for tests and benchmarks).
+A pipeline of four stages, one sub-package each, every stage importing only the stages
+before it and the data model (:mod:`~.model`, :mod:`~.text`) at the bottom:
+
+1. :mod:`~.read`: files to compact per-rank data (safe loading, extraction);
+2. :mod:`~.align`: group membership, each group's records side by side, p2p pairs;
+3. :mod:`~.diagnose`: the wait-for graph, findings root cause first, the verdict;
+4. :mod:`~.present`: the text report, ``--entries``, JSON, Perfetto and HTML.
+
+:mod:`~.analysis` runs stages 1-3 (:func:`analyze`); :mod:`~.command` is ``commscope
+analyze``; :mod:`~.synth` writes synthetic dumps for tests and benchmarks.
 """
 
 from __future__ import annotations
 
 from commscope.analyze.analysis import FORMAT, Analysis, analyze, analyze_loaded
-from commscope.analyze.diagnose import KINDS
-from commscope.analyze.entries import format_entries
-from commscope.analyze.export import (
+from commscope.analyze.diagnose.findings import KINDS
+from commscope.analyze.model import Finding, Group, LoadResult, RankDump, Unreadable
+from commscope.analyze.present.entries import format_entries
+from commscope.analyze.present.export import (
     html_report,
     perfetto_trace,
     write_html,
     write_json,
     write_perfetto,
 )
-from commscope.analyze.load import SafeUnpickler, load_dumps, read_dump_file
-from commscope.analyze.model import Finding, Group, LoadResult, RankDump, Unreadable
-from commscope.analyze.report import format_report
+from commscope.analyze.present.report import format_report
+from commscope.analyze.read.load import SafeUnpickler, load_dumps, read_dump_file
 
 __all__ = [
     "FORMAT",

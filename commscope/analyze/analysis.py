@@ -2,13 +2,13 @@
 
 Algorithm (:func:`analyze`):
 
-1. Load every dump safely (:func:`commscope.analyze.load.load_dumps`).
+1. Load every dump safely (:func:`commscope.analyze.read.load.load_dumps`).
 2. Decide the expected ranks and every group's members
-   (:func:`commscope.analyze.match.build_groups`).
+   (:func:`commscope.analyze.align.match.build_groups`).
 3. Line up each group's collectives by sequence number
-   (:func:`commscope.analyze.match.align_group`) and pair p2p ops
-   (:func:`commscope.analyze.match.match_p2p`).
-4. Diagnose (:func:`commscope.analyze.diagnose.diagnose`) into findings, root cause
+   (:func:`commscope.analyze.align.match.align_group`) and pair p2p ops
+   (:func:`commscope.analyze.align.match.match_p2p`).
+4. Diagnose (:func:`commscope.analyze.diagnose.findings.diagnose`) into findings, root cause
    first, and a verdict.
 
 Nothing here imports torch: it runs on a laptop that never saw the job.
@@ -22,12 +22,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commscope.analyze.context import Context
-from commscope.analyze.diagnose import diagnose, verdict
-from commscope.analyze.frames import FrameSource
-from commscope.analyze.load import load_dumps
-from commscope.analyze.match import GroupView, align_all, build_groups, expected_ranks, match_p2p
+from commscope.analyze.align.match import (
+    GroupView,
+    align_all,
+    build_groups,
+    expected_ranks,
+    match_p2p,
+)
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.findings import diagnose, verdict
 from commscope.analyze.model import Finding, Group, LoadResult, Unreadable
+from commscope.analyze.read.frame_source import FrameSource
+from commscope.analyze.read.load import load_dumps
 
 __all__ = ["FORMAT", "Analysis", "analyze", "analyze_loaded"]
 

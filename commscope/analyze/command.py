@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from commscope.analyze.analysis import analyze
-from commscope.analyze.entries import format_entries
-from commscope.analyze.export import write_html, write_perfetto
-from commscope.analyze.load import discover
-from commscope.analyze.report import format_report
+from commscope.analyze.present.entries import format_entries
+from commscope.analyze.present.export import write_html, write_perfetto
+from commscope.analyze.present.report import format_report
+from commscope.analyze.read.load import discover
 
 __all__ = ["run_analyze", "progress_bar"]
 
@@ -77,7 +77,7 @@ def run_analyze(
 ) -> int:
     """Run the analysis and write its outputs; return the exit code (0).
 
-    ``entries`` (keyword arguments of :func:`~commscope.analyze.entries.format_entries`)
+    ``entries`` (keyword arguments of :func:`~commscope.analyze.present.entries.format_entries`)
     appends the side-by-side view of each group's newest records to the text report.
     Raises ``FileNotFoundError`` for a missing folder and ``ValueError`` when it holds
     no file that looks like a dump, or when an ``entries`` filter matches nothing.

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from commscope.comm.compare import diff
-from commscope.comm.compare_report import diff_to_json, format_diff
-from commscope.comm.compare_types import DiffInputError, DiffRow, TraceDiff
-from commscope.comm.compare_viewer import write_diff_viewer
-from commscope.comm.report import format_summary, format_table
-from commscope.comm.schema import SCHEMA_VERSION, load_json, trace_from_json, trace_to_json
-from commscope.comm.trace import CollectiveRecord, CommTrace, ModuleNode, OpEntry
-from commscope.comm.viewer import render_viewer, write_viewer
+from commscope.comm.present.compare import diff
+from commscope.comm.present.compare_report import diff_to_json, format_diff
+from commscope.comm.present.compare_types import DiffInputError, DiffRow, TraceDiff
+from commscope.comm.present.compare_viewer import write_diff_viewer
+from commscope.comm.present.report import format_summary, format_table
+from commscope.comm.present.viewer import render_viewer, write_viewer
+from commscope.comm.trace.model import CollectiveRecord, CommTrace, ModuleNode, OpEntry
+from commscope.comm.trace.schema import SCHEMA_VERSION, load_json, trace_from_json, trace_to_json
 
 __all__ = [
     "CommDebugMode",
@@ -48,10 +48,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from commscope.comm.counts import CommCounts
-    from commscope.comm.mode import CommDebugMode
+    from commscope.comm.capture.counts import CommCounts
+    from commscope.comm.capture.mode import CommDebugMode
 
-_LAZY = {"CommDebugMode": "commscope.comm.mode", "CommCounts": "commscope.comm.counts"}
+_LAZY = {"CommDebugMode": "commscope.comm.capture.mode",
+         "CommCounts": "commscope.comm.capture.counts"}
 
 
 def __getattr__(name: str) -> Any:

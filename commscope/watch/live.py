@@ -11,7 +11,7 @@ Algorithm (:func:`snapshot`):
    thread, which keeps running while the main thread waits in a collective). Silent
    and never-published ranks count as ranks without a dump.
 2. Each record becomes a :class:`~commscope.analyze.model.RankDump` through
-   :func:`commscope.analyze.extract.extract_dump`; records that do not parse are named.
+   :func:`commscope.analyze.read.extract.extract_dump`; records that do not parse are named.
 3. *Stuck*: some rank's oldest unfinished op is older than ``stall_s`` (default: 2
    intervals, at least 1 s), or a rank is silent. Then the analysis runs and its
    blocking findings are the verdict (``stuck 40 s: rank 3 in load_batch; ranks 0-2
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from commscope.analyze.analysis import analyze_loaded
-from commscope.analyze.extract import DumpError, extract_dump, finish_sigs
-from commscope.analyze.frames import user_frame, user_place
 from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
+from commscope.analyze.read.extract import DumpError, extract_dump, finish_sigs
+from commscope.analyze.read.places import user_frame, user_place
 from commscope.analyze.text import frame_text, place_text, rank_list, ranks_phrase
 from commscope.watch import protocol
 from commscope.watch.source import Fetched

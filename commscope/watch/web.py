@@ -150,7 +150,7 @@ class WatchServer:
             return 404, ("<!doctype html><p>No dump yet: run <code>commscope dump</code> "
                          "(the job keeps running), or wait for a timeout.</p>")
         from commscope.analyze import analyze
-        from commscope.analyze.export import html_report
+        from commscope.analyze.present.export import html_report
 
         try:
             return 200, html_report(analyze(folder, prefix=name))

@@ -50,7 +50,7 @@ def _classes(locator) -> set[str]:
 
 
 def test_increases_are_highlighted_and_unchanged_rows_hidden(page, pages):
-    from commscope.comm.compare_report import summary_line
+    from commscope.comm.present.compare_report import summary_line
 
     path, d = pages["ab"]
     text = Path(path).read_text()

@@ -84,7 +84,8 @@ def _summary(cm) -> dict:
 
 def _schedule_rank(rank: int, world_size: int, schedule: str, out_dir: str) -> dict:
     warnings.simplefilter("ignore")
-    from commscope.comm import CommDebugMode, pipeline
+    from commscope.comm import CommDebugMode
+    from commscope.comm.capture import pipeline
 
     stage, step = _pipeline(rank, schedule)
     before = _wrapped_methods()

@@ -218,7 +218,7 @@ def test_perfetto_draws_p2p_ops_and_joins_each_send_to_its_recv(tmp_path, capsys
         assert dst["name"] == f"recv ← {s['pid']}"
     # the HTML timeline draws the same ops in lanes of their own
     from commscope.analyze import analyze
-    from commscope.analyze.export import timeline_data
+    from commscope.analyze.present.export import timeline_data
 
     lanes = timeline_data(analyze(str(DATA / "p2p_unmatched")))["lanes"]
     p2p = [lane for lane in lanes if lane["group"].startswith("p2p ")]
@@ -231,7 +231,7 @@ def test_exports_use_end_times_kept_while_loading(tmp_path):
     import shutil
 
     from commscope.analyze import analyze
-    from commscope.analyze.export import perfetto_trace, timeline_data
+    from commscope.analyze.present.export import perfetto_trace, timeline_data
 
     folder = tmp_path / "dumps"
     shutil.copytree(DATA / "recorded" / "straggler", folder)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commscope.analyze import analyze
-from commscope.analyze.entries import format_entries, parse_rank_spec
+from commscope.analyze.present.entries import format_entries, parse_rank_spec
 from commscope.analyze.synth import SyntheticJob, write_dump
 from commscope.cli import main
 

@@ -1,6 +1,6 @@
 """The columnar C reader: where it answers, it answers what the standard path does.
 
-``commscope.analyze._fastread`` declines (returns ``None``) on anything but the common,
+``commscope.analyze.read._fastread`` declines (returns ``None``) on anything but the common,
 well-formed case, and the file is then read the standard way. These tests check, on
 every fixture, on generated dumps with a hostile value in any field, and on randomly
 damaged bytes, that it never crashes and never gives a different result.
@@ -9,7 +9,7 @@ After changing the C file, run these tests against an AddressSanitizer build too
 
     gcc -O1 -g -fsanitize=address,undefined -shared -fPIC \
         -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-        commscope/analyze/_fastread.c -o /tmp/_fastread_asan.so
+        commscope/analyze/read/_fastread.c -o /tmp/_fastread_asan.so
     COMMSCOPE_FASTREAD_SO=/tmp/_fastread_asan.so ASAN_OPTIONS=detect_leaks=0 \
         LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
         .venv/bin/python -m pytest -p no:cacheprovider tests/unit/test_analyze_fastread.py
@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commscope.analyze import load
-from commscope.analyze.extract import DumpError, extract_dump
-from commscope.analyze.load import read_dump_file
 from commscope.analyze.model import RankDump
+from commscope.analyze.read import load
+from commscope.analyze.read.extract import DumpError, extract_dump
+from commscope.analyze.read.load import read_dump_file
 from commscope.analyze.synth import SyntheticJob, write_dump
 from tests.unit.test_analyze_property import ENTRY_FIELDS, TOP_FIELDS, pickle_values
 
@@ -88,7 +88,8 @@ def test_the_reader_is_built_where_there_is_a_compiler():
     headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
     if not (shutil.which("cc") or shutil.which("gcc")) or not os.path.exists(headers):
         pytest.skip("no C compiler or no Python headers: the standard reader is used")
-    assert fastread is not None, "pip install -e . should have built commscope.analyze._fastread"
+    assert fastread is not None, (
+        "pip install -e . should have built commscope.analyze.read._fastread")
 
 
 @needs_reader

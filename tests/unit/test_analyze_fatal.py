@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from commscope.analyze.fatal import parse_fatal, read_fatal_logs
+from commscope.analyze.read.fatal import parse_fatal, read_fatal_logs
 
 ABORT = '''Fatal Python error: Aborted
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commscope.analyze import analyze, format_report
-from commscope.analyze.export import html_report, perfetto_trace
+from commscope.analyze.present.export import html_report, perfetto_trace
 from commscope.analyze.synth import SyntheticJob
 
 

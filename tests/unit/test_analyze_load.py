@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from commscope.analyze import analyze, load_dumps, read_dump_file
-from commscope.analyze.load import DumpError, discover
+from commscope.analyze.read.load import DumpError, discover
 from commscope.analyze.synth import SyntheticJob, write_dump
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -237,7 +237,7 @@ def test_end_times_kept_while_loading_match_the_records(tmp_path, slow):
     if slow:  # a dropped record sends the file through the record-by-record path
         entries.insert(1, {"collective_seq_id": "bad"})
     write_dump(data, str(tmp_path / "rank_3"))
-    from commscope.analyze.export import _end_ns
+    from commscope.analyze.present.export import _end_ns
 
     load = load_dumps(tmp_path, end_times=True)
     for dump in load.dumps.values():
@@ -273,7 +273,7 @@ def test_scratch_and_odd_files_do_not_invent_ranks(tmp_path):
 def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path, monkeypatch):
     import os
 
-    from commscope.analyze import load
+    from commscope.analyze.read import load
 
     asked = []
     monkeypatch.setattr(os, "posix_fadvise",
@@ -302,7 +302,7 @@ def test_prefetch_asks_a_bounded_window_ahead_and_ignores_missing_files(tmp_path
 def test_a_fifo_among_many_dumps_is_named_not_waited_on(tmp_path):
     import os
 
-    from commscope.analyze.load import load_dumps
+    from commscope.analyze.read.load import load_dumps
     from commscope.analyze.synth import write_scale_dumps
 
     write_scale_dumps(tmp_path, 70, 20)  # enough files for worker processes and read-ahead
@@ -319,7 +319,7 @@ def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, mon
     import os
     import signal
 
-    from commscope.analyze import load
+    from commscope.analyze.read import load
 
     job = _missing_rank_job(24)
     job.write(tmp_path)
@@ -341,7 +341,7 @@ def test_a_reader_process_that_dies_is_named_and_the_rest_analyzed(tmp_path, mon
 @pytest.mark.timeout(120)
 @needs_fork
 def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
-    from commscope.analyze import load
+    from commscope.analyze.read import load
 
     job = _missing_rank_job(12)
     job.write(tmp_path)
@@ -361,7 +361,7 @@ def test_a_result_a_worker_cannot_send_back_is_named(tmp_path, monkeypatch):
 
 
 def test_reader_processes_from_64_files_or_32_mb(tmp_path, monkeypatch):
-    from commscope.analyze import load
+    from commscope.analyze.read import load
 
     monkeypatch.setattr(load.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     small = [(str(tmp_path / f"rank_{i}"), i) for i in range(8)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from commscope.analyze import analyze
-from commscope.analyze.entries import format_entries
+from commscope.analyze.present.entries import format_entries
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl_native"
 

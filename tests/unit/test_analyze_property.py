@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commscope.analyze import analyze, format_entries
-from commscope.analyze.export import perfetto_trace
+from commscope.analyze.present.export import perfetto_trace
 from commscope.analyze.synth import SyntheticJob, write_dump
 
 I64 = 2**63 - 1

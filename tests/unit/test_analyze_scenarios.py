@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from commscope.analyze import analyze
-from commscope.analyze.load import read_dump_file
+from commscope.analyze.read.load import read_dump_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 SCENARIOS = sorted(p.name for p in DATA.iterdir() if (p / "scenario.json").exists())
@@ -98,7 +98,7 @@ def test_perfetto_joins_every_send_to_its_recv_on_real_pipelines(name, tmp_path)
     # Real 4-stage gloo pipelines: activations flow down the stages, gradients (1F1B)
     # back up. Every arrow leaves a send slice of its rank and lands on the matching
     # recv slice of the peer; an unfinished send has no arrow to a recv it never met.
-    from commscope.analyze.export import perfetto_trace
+    from commscope.analyze.present.export import perfetto_trace
 
     trace = perfetto_trace(analyze(DATA / name / "ours"))
     events = trace["traceEvents"]

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from commscope.analyze import analyze, format_report
-from commscope.analyze.match import short_names
+from commscope.analyze.align.match import short_names
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "recorded" / "skipped_then_blocked"
 DP13 = "d876ba237e5099dbfad9b1471bd79bb9a4de2974"

@@ -30,8 +30,8 @@ pytest.importorskip("expecttest")
 
 from commscope.cli import main
 from commscope.comm import CommTrace, DiffInputError, TraceDiff, diff, diff_to_json, format_diff
-from commscope.comm.compare_report import summary_line
-from commscope.comm.compare_types import UNKNOWN_AXIS
+from commscope.comm.present.compare_report import summary_line
+from commscope.comm.present.compare_types import UNKNOWN_AXIS
 from tests.needs import torch_has
 
 warnings.filterwarnings("ignore", category=UserWarning)

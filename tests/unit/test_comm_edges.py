@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commscope import compat
 from commscope.comm import CommDebugMode
-from commscope.comm.counts import CommCounts
+from commscope.comm.capture.counts import CommCounts
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -499,7 +499,7 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_collectives_only_capture_matches_the_full_mode(world, name):
-    from commscope.comm import hooks
+    from commscope.comm.capture import hooks
 
     captured = []
     for ops in (True, False):
@@ -526,7 +526,7 @@ def test_collectives_only_capture_pushes_no_dispatch_mode(world):
 def test_collectives_only_capture_restores_torch_after_an_exception(world):
     from torch._C._distributed_c10d import ProcessGroup
 
-    from commscope.comm import hooks
+    from commscope.comm.capture import hooks
 
     packet = torch.ops._c10d_functional.all_reduce
     method = ProcessGroup.allreduce

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from commscope.comm import CommDebugMode, modules
+from commscope.comm import CommDebugMode
+from commscope.comm.capture import modules
 
 
 class Block(nn.Module):

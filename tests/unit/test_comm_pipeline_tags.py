@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch.distributed.pipelining import stage as stage_module
 
-from commscope.comm import CommDebugMode, pipeline
-from commscope.comm.modules import BACKWARD, ModuleTracker
+from commscope.comm import CommDebugMode
+from commscope.comm.capture import pipeline
+from commscope.comm.capture.modules import BACKWARD, ModuleTracker
 
 _NAMES = ("get_fwd_recv_ops", "get_fwd_send_ops", "get_bwd_recv_ops", "get_bwd_send_ops")
 

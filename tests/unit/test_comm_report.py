@@ -21,8 +21,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from commscope import compat
 from commscope.comm import CommDebugMode, format_table, load_json, trace_from_json
 from commscope.comm.examples import mlp_input, tp_mlp
-from commscope.comm.report import strip_ansi
-from commscope.comm.schema import SCHEMA_VERSION, trace_to_json
+from commscope.comm.present.report import strip_ansi
+from commscope.comm.trace.schema import SCHEMA_VERSION, trace_to_json
 
 warnings.filterwarnings("ignore", category=UserWarning)
 

@@ -1,0 +1,76 @@
+"""Everything one analysis knows, with lookups the diagnosis steps share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commscope.analyze.align.match import GroupView, P2PIssue
+from commscope.analyze.model import GAP, Group, LoadResult, Sig
+from commscope.analyze.read.frame_source import FrameSource
+from commscope.analyze.read.places import Frame
+from commscope.analyze.text import frame_text
+
+__all__ = ["Context"]
+
+
+@dataclass
+class Context:
+    """The loaded dumps, groups, alignments and p2p pairing of one analysis."""
+
+    load: LoadResult
+    groups: dict[str, Group]
+    views: dict[str, GroupView]
+    p2p: list[P2PIssue]
+    expected: list[int]
+    frames: FrameSource
+    stale: dict[int, int] = field(default_factory=dict)
+    """Rank → how many ns its dump is older than the others' median (crashed early)."""
+
+    def sig(self, rank: int, group: str, seq: int) -> Sig | None:
+        """The signature of ``rank``'s collective ``seq`` in ``group``."""
+        d = self.load.dumps.get(rank)
+        t = d.tracks.get(group) if d else None
+        if t is None or not t.lo <= seq <= t.hi:
+            return None
+        sid = t.sig[seq - t.lo]
+        return None if sid == GAP else self.load.sigs.sigs[sid]
+
+    def index(self, rank: int, group: str, seq: int) -> int | None:
+        """Position in ``rank``'s file of its record of ``seq`` in ``group``."""
+        d = self.load.dumps.get(rank)
+        t = d.tracks.get(group) if d else None
+        if t is None or not t.lo <= seq <= t.hi:
+            return None
+        i = t.index[seq - t.lo]
+        return None if i < 0 else i
+
+    def frame_at(self, rank: int, group: str, seq: int) -> Frame | None:
+        """User frame of ``rank``'s record of ``seq`` in ``group``."""
+        return self.frames.frame(rank, self.index(rank, group, seq))
+
+    def op_at(self, rank: int, group: str, seq: int) -> str:
+        """``all_reduce #4`` (or ``#4`` when unknown)."""
+        sig = self.sig(rank, group, seq)
+        return f"{sig.op} #{seq}" if sig else f"#{seq}"
+
+    def last_activity(self, rank: int) -> tuple[str, Frame | None]:
+        """``broadcast #3 of group 0`` and its frame: the rank's newest record."""
+        d = self.load.dumps.get(rank)
+        if d is None or d.last is None:
+            return "no collective recorded", None
+        group, seq, index = d.last
+        frame = self.frames.frame(rank, index)
+        if seq < 0:
+            op = next((o for o in d.p2p if o.index == index), None)
+            what = f"{op.op} to/from rank {op.peer}" if op else "a p2p op"
+            return f"{what} in {self.group_ref(group)}", frame
+        return f"{self.op_at(rank, group, seq)} of {self.group_ref(group)}", frame
+
+    def group_ref(self, group: str) -> str:
+        """``group 0`` or ``group mesh_dp (d876ba23)`` (see :meth:`Group.ref`)."""
+        g = self.groups.get(group)
+        return g.ref() if g is not None else f"group {group}"
+
+    def where(self, rank: int, group: str, seq: int) -> str:
+        """``make.py:12 in step`` for a record, or a note that no stack was recorded."""
+        return frame_text(self.frame_at(rank, group, seq))

@@ -1,0 +1,312 @@
+"""Which ranks crashed, and which ranks only went down with them.
+
+A rank that dies takes its peers' work with it: their collective fails, they raise a
+communication error, or (gloo) they abort inside the very call. Only the first death is
+a cause; the others are its *victims*, listed as waiting, never as culprits.
+
+Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findings`):
+
+1. A rank counts as crashed (:func:`crash_reasons`) when it is expected but left no
+   dump (and no unreadable file stands for it), when its dump is stale
+   (``ctx.stale``), when it raised an exception that is not a communication error
+   (:func:`is_comm_error`), or dumped on an uncaught exception it does not name while
+   it has no unfinished work and others wait for it (an older dump), or when it alone
+   dumped on a signal, with no unfinished work, before every other rank dumped. A signal
+   is never a cause next to any other reason: torchrun's SIGTERM to the survivors of a
+   failure comes after it.
+2. Ranks without a dump whose fatal log says they aborted, at the very line where a
+   survivor issued its newest record of a group they belong to, were killed by a size
+   mismatch in that call (:func:`killed_by_mismatch`; gloo aborts a rank that receives
+   a message of another size than it posted): they no longer count as crashed. A
+   blocking mismatch the survivors already disagree on in that call lists them as
+   waiting; else a ``size_mismatch`` names the survivors' own op.
+3. Victims: ranks whose recent work (the last four records of a group, or of send/recv)
+   failed, or who dumped on a communication error.
+4. Findings (:func:`crash_findings`): ranks without a dump, one ``crashed_rank`` per
+   group they were last seen in (the largest group they belong to that has records:
+   who reached its newest collective, and whether they still wait in it), quoting the
+   fatal log of a rank that died in native code; every other crashed rank, one each,
+   says why (stale dump, the exception, the signal), its last record, and who waits for
+   it (its direct waiters in the wait graph, then everyone behind them).
+"""
+
+from __future__ import annotations
+
+import os
+
+from commscope.analyze.align.match import GroupView
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.mismatch import MISMATCH_KINDS
+from commscope.analyze.diagnose.waits import Wait, WaitGraph, reaching
+from commscope.analyze.diagnose.wording import record_op, record_status
+from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
+from commscope.analyze.read.places import user_frame
+from commscope.analyze.text import frame_text, ms, place_text, ranks_phrase
+
+__all__ = ["crash_reasons", "killed_by_mismatch", "crash_findings", "is_comm_error"]
+
+_DONE = RETIRED | COMPLETED
+_COMM_ERROR_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError",
+                     "DistError", "ProcessGroup")
+_COMM_ERROR_WORDS = (
+    "connection closed by peer", "connection reset by peer", "broken pipe", "timed out",
+    "timeout", "communicator was aborted", "nccl error", "gloo", "socket", "peer",
+)
+
+
+def is_comm_error(kind: str, message: str) -> bool:
+    """An exception a rank gets *because* a peer died or hung (a victim's), as opposed
+    to a fault of its own."""
+    text = message.lower()
+    return any(t in kind for t in _COMM_ERROR_TYPES) or any(w in text for w in _COMM_ERROR_WORDS)
+
+
+def crash_reasons(ctx: Context, graph: WaitGraph) -> dict[int, str]:
+    """Step 1: rank → why it counts as crashed (text for the finding)."""
+    out: dict[int, str] = {}
+    unreadable = {u.rank for u in ctx.load.unreadable if u.rank is not None}
+    for r in ctx.expected:
+        if r not in ctx.load.dumps and r not in unreadable:
+            out[r] = "nodump"
+    for r in ctx.stale:
+        out[r] = "stale"
+    waited_for = {w.target for w in graph.edges()}
+    signal_dumps = [r for r, d in ctx.load.dumps.items()
+                    if (d.dump_reason or "").startswith("signal")]
+    for r, d in ctx.load.dumps.items():
+        if r in out:
+            continue
+        reason = d.dump_reason or ""
+        exc = ctx.frames.exception(r)
+        if exc is not None and not is_comm_error(exc[0], exc[1]):
+            out[r] = "exception"
+        elif reason == "exception":
+            if exc is not None and not is_comm_error(exc[0], exc[1]):
+                out[r] = "exception"
+            elif exc is None and not d.pending and r in waited_for:
+                out[r] = "exception"  # an older dump without the exception itself
+        elif (reason.startswith("signal") and len(signal_dumps) == 1 and not d.pending
+              and _first_to_dump(ctx, r)):
+            out[r] = "signal"
+    if any(why != "signal" for why in out.values()):
+        # torchrun stops every rank once one fails: a signal is then not a cause.
+        out = {r: why for r, why in out.items() if why != "signal"}
+    return out
+
+
+def _first_to_dump(ctx: Context, rank: int) -> bool:
+    """``rank`` dumped before every other rank: the signal that made it dump came first
+    (torchrun's SIGTERM to the survivors comes after another rank's timeout or crash)."""
+    mine = ctx.load.dumps[rank].dump_time_ns
+    others = [d.dump_time_ns for r, d in ctx.load.dumps.items() if r != rank]
+    return mine is not None and all(t is not None and mine < t for t in others)
+
+
+def _victims(ctx: Context, crashed: set[int]) -> list[int]:
+    """Ranks whose work failed (a dead peer) or who raised a communication error."""
+    out = []
+    for r, d in ctx.load.dumps.items():
+        if r in crashed:
+            continue
+        failed = any(t.status[i] & FAILED for t in d.tracks.values()
+                     for i in range(max(0, len(t) - 4), len(t)))
+        failed = failed or any(op.status & FAILED for op in d.p2p[-4:])
+        exc = ctx.frames.exception(r) if d.dump_reason == "exception" else None
+        if failed or (exc is not None and is_comm_error(exc[0], exc[1])):
+            out.append(r)
+    return sorted(out)
+
+
+def _best_view(ctx: Context, rank: int) -> GroupView | None:
+    best = None
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        if rank not in view.group.ranks or view.max_hi <= 0:
+            continue
+        score = (view.max_hi > 0, len(view.group.ranks), view.max_hi)
+        if best is None or score > best[0]:
+            best = (score, view)
+    return best[1] if best else None
+
+
+def _victim_text(victims: list[int], dead: list[int]) -> str:
+    if not victims:
+        return ""
+    verb = "was" if len(victims) == 1 else "were"
+    return (f" {ranks_phrase(victims).capitalize()} {verb} its victims (their work failed "
+            f"when {ranks_phrase(dead)} went away, or they raised a communication error).")
+
+
+def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> list[Finding]:
+    """Step 4: the ``crashed_rank`` findings of the ranks in ``reasons``."""
+    victims_all = _victims(ctx, set(reasons))
+    findings = []
+    nodump = sorted(r for r, why in reasons.items() if why == "nodump")
+    buckets: dict[str | None, list[int]] = {}
+    for r in nodump:
+        view = _best_view(ctx, r)
+        buckets.setdefault(view.group.key if view else None, []).append(r)
+    for key, ranks in sorted(buckets.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
+        who = ranks_phrase(ranks)
+        waiting = sorted(reaching(set(ranks), graph))
+        victims = [v for v in victims_all if v in waiting or not waiting]
+        if key is None:
+            findings.append(Finding(
+                kind="crashed_rank", group=None, collective_seq_id=None, op=None,
+                culprit_ranks=ranks, waiting_ranks=waiting, blocking=True,
+                message=(f"{who.capitalize()} left no dump (crashed, or its file was not "
+                         "collected); no group in the other dumps shows where it stopped."
+                         + _fatal_text(ctx, ranks) + _victim_text(victims, ranks)),
+            ))
+            continue
+        view = ctx.views[key]
+        seq = view.max_hi
+        front = sorted(r for r, (_, hi) in view.spans.items() if hi == seq)
+        died = _fatal_text(ctx, ranks)
+        sig = ctx.sig(front[0], key, seq) if front else None
+        unfinished = [r for r in front if not record_status(ctx, r, key, seq) & _DONE]
+        state = (("still waits in it" if len(unfinished) == 1 else "still wait in it")
+                 if unfinished else "recorded it as finished")
+        where = frame_text(ctx.frame_at(front[0], key, seq)) if front else "no stack recorded"
+        what = f"{sig.op} #{seq} ({sig.sizes_text()})" if sig else f"#{seq}"
+        findings.append(Finding(
+            kind="crashed_rank", group=view.group, collective_seq_id=seq,
+            op=sig.op if sig else None, culprit_ranks=ranks,
+            waiting_ranks=sorted(set(waiting) | set(front)), blocking=True,
+            message=(f"{who.capitalize()} left no dump (crashed or unreachable, so its own stack "
+                     f"is unknown) while {ranks_phrase(front)} reached {what} of "
+                     f"{view.group.label()} and {state}, at {where}.{died}"
+                     + _victim_text(victims, ranks)),
+        ))
+    for r in sorted(x for x, why in reasons.items() if why != "nodump"):
+        d = ctx.load.dumps[r]
+        activity, frame = ctx.last_activity(r)
+        waits = _wait_edges_to(graph, {r})
+        waiting = sorted(reaching({r}, graph))
+        if waits:
+            first = waits[0]
+            group, seq = ctx.groups[first.group], first.seq
+            direct = sorted({w.waiter for w in waits})
+            what = ctx.op_at(direct[0], first.group, seq) if seq is not None else first.op
+            tail = (f" {ranks_phrase(direct).capitalize()} "
+                    f"{'waits' if len(direct) == 1 else 'wait'} for it in {what} of "
+                    f"{group.label()}")
+            behind = [x for x in waiting if x not in direct]
+            tail += f", and {ranks_phrase(behind)} behind them." if behind else "."
+        else:
+            group = ctx.groups.get(d.last[0]) if d.last else None
+            seq = d.last[1] if d.last and d.last[1] >= 0 else None
+            tail = ""
+        victims = [v for v in victims_all if v in waiting]
+        why = reasons[r]
+        if why == "stale":
+            gap = ctx.stale[r]
+            reason = f" (reason: {d.dump_reason})" if d.dump_reason else ""
+            head = (f"Rank {r}'s dump was written {ms(gap)} before the others'{reason}: it "
+                    f"stopped early, after {activity} at {frame_text(frame)}.")
+        elif why == "exception":
+            exc = ctx.frames.exception(r)
+            if exc is not None:
+                kind, text, place = exc
+                at = f" at {place_text(place)}" if place else ""
+                head = (f"Rank {r} crashed: it raised {kind}: {text}{at}, after {activity} "
+                        f"at {frame_text(frame)}.")
+            else:
+                head = (f"Rank {r} crashed: it dumped on an uncaught exception (its dump "
+                        f"does not say which), after {activity} at {frame_text(frame)}.")
+        else:
+            head = (f"Rank {r} was stopped by a signal ({d.dump_reason}) that no other rank "
+                    f"got, after {activity} at {frame_text(frame)}.")
+        findings.append(Finding(
+            kind="crashed_rank", group=group, collective_seq_id=seq,
+            op=record_op(ctx, waits[0].waiter if waits else r, group.key if group else None, seq),
+            culprit_ranks=[r], waiting_ranks=waiting, blocking=True,
+            message=head + tail + _victim_text(victims, [r]),
+            details={"frames": {r: frame}},
+        ))
+    return findings
+
+
+def _fatal_frame(ctx: Context, rank: int) -> tuple[str, str, int] | None:
+    log = ctx.load.fatal.get(rank)
+    if log is None or not log.frames:
+        return None
+    return user_frame([{"name": n, "filename": f, "line": ln} for n, f, ln in log.frames])
+
+
+def _fatal_text(ctx: Context, ranks: list[int]) -> str:
+    """`` Rank 0 died in C (Fatal Python error: Aborted) at train.py:12 in step.``"""
+    parts = []
+    for r in ranks:
+        log = ctx.load.fatal.get(r)
+        if log is not None:
+            parts.append(f" Rank {r} died in native code ({log.error}) at "
+                         f"{frame_text(_fatal_frame(ctx, r))}, as its fatal log "
+                         f"{os.path.basename(log.path)} says.")
+    return "".join(parts)
+
+
+def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
+                        findings: list[Finding]) -> list[Finding]:
+    """Step 2: ranks that aborted inside the very call a surviving rank still waits in.
+
+    gloo aborts a rank that receives a message of another size than it posted, so
+    those ranks are the victims of a size mismatch in that call, not its cause: the
+    survivors' own op is named (or the mismatch the survivors already disagree on)."""
+    dead_at: dict[tuple[str, int], list[int]] = {}
+    for r, why in reasons.items():
+        log = ctx.load.fatal.get(r)
+        frame = _fatal_frame(ctx, r)
+        if why == "nodump" and log is not None and "abort" in log.error.lower() and frame:
+            dead_at.setdefault((frame[1], frame[2]), []).append(r)
+    if not dead_at:
+        return findings
+    out = list(findings)
+    for r, d in sorted(ctx.load.dumps.items()):
+        # the survivor's newest record of each group (a root's broadcast may have
+        # finished sending before its receivers aborted)
+        lasts = [(group, t.hi, t.index[len(t) - 1]) for group, t in sorted(d.tracks.items())
+                 if len(t)]
+        for group, seq, index in lasts:
+            frame = ctx.frames.frame(r, index)
+            dead = dead_at.get((frame[1], frame[2])) if frame else None
+            g = ctx.groups.get(group)
+            if not dead or g is None or not set(dead) <= set(g.ranks):
+                continue
+            survivors = sorted(q for q in g.ranks if q in ctx.load.dumps
+                               and ctx.sig(q, group, seq) is not None)
+            for q in dead:
+                reasons.pop(q, None)
+            what = ctx.op_at(r, group, seq)
+            sig = ctx.sig(r, group, seq)
+            sizes = sig.sizes_text() if sig else "its sizes"
+            died = (f"{ranks_phrase(dead)} aborted (gloo aborts a rank that receives a "
+                    "message of another size than it posted), so "
+                    f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
+                    "mismatch in that call, not its cause; their own sizes died with them "
+                    f"({', '.join(os.path.basename(ctx.load.fatal[q].path) for q in dead)}).")
+            victims = died[0].upper() + died[1:]
+            known = next((f for f in out if f.blocking and f.group is not None
+                          and f.group.key == group and f.collective_seq_id == seq
+                          and f.kind in MISMATCH_KINDS), None)
+            if known is not None:
+                known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
+                known.message += " " + victims
+                known.details["killed"] = True
+                return out
+            waiting = sorted((reaching(set(survivors), graph) | set(dead)) - set(survivors))
+            out.append(Finding(
+                kind="size_mismatch", group=g, collective_seq_id=seq,
+                op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
+                blocking=True, details={"shape": "killed", "killed": True},
+                message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
+                         f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
+                         f"{died}"),
+            ))
+            return out
+    return out
+
+
+def _wait_edges_to(graph: WaitGraph, targets: set[int]) -> list[Wait]:
+    return sorted((w for w in graph.edges() if w.target in targets),
+                  key=lambda w: (w.seq is None, w.seq or 0, w.group, w.waiter))

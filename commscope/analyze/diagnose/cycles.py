@@ -1,0 +1,227 @@
+"""Who is to blame for a deadlock cycle of the wait graph.
+
+A cycle (one strongly connected component of
+:func:`commscope.analyze.diagnose.waits.find_cycles`) that no skipped collective explains
+(:mod:`commscope.analyze.diagnose.skips` is asked first) becomes one blocking finding.
+
+Algorithm (:func:`cycle_finding`):
+
+1. The component: every rank the cycle reaches that also reaches the cycle.
+2. A cycle only through send/recv: a rank whose first unfinished send/recv breaks the
+   schedule its own earlier ops repeat (a period of up to 16 ops; a pipeline stage
+   repeats every step) skipped that op and went on; when some but not all ranks of the
+   component do, they are the ``p2p_unmatched`` culprits. Otherwise the component is a
+   ``p2p_deadlock``: each rank posted its op before the one its peer waits for.
+3. A cycle through a send/recv and collectives: the peer of its first send/recv link
+   never posted the partner op and went on to wait itself: ``p2p_unmatched``.
+4. A cycle through collectives of several groups is a ``cross_group_deadlock``. Each
+   rank (in the component or waiting on it) that belongs to two or more of the cycle's
+   groups chose an order: the group of its first unfinished collective among them. The
+   group most of them chose is the order they agree on, and the ranks that chose
+   another are the culprits; with no majority every rank of the component is one.
+5. Every message lists the cycle's hops (who waits for whom, in which op, at which
+   frame); the ranks outside the component that reach it wait behind it.
+"""
+
+from __future__ import annotations
+
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.waits import Wait, WaitGraph, reaching
+from commscope.analyze.diagnose.wording import record_op, wait_verb
+from commscope.analyze.model import COMPLETED, RETIRED, Finding
+from commscope.analyze.text import frame_text, plural, ranks_phrase
+
+__all__ = ["cycle_finding"]
+
+_DONE = RETIRED | COMPLETED
+
+
+def _cycle_hops(ctx: Context, cycle: list[Wait]) -> tuple[list[str], dict[int, object]]:
+    hops, frames = [], {}
+    for w in cycle:
+        if w.seq is not None:
+            frame = ctx.frame_at(w.waiter, w.group, w.seq)
+            what = f"{ctx.op_at(w.waiter, w.group, w.seq)} of {ctx.groups[w.group].label()}"
+        else:
+            frame = _p2p_frame(ctx, w)
+            direction = "to" if w.op == "send" else "from"
+            what = f"{w.op} {direction} rank {w.target} in {ctx.group_ref(w.group)}"
+        frames[w.waiter] = frame
+        hops.append(f"rank {w.waiter} waits for rank {w.target} in {what} at {frame_text(frame)}")
+    return hops, frames
+
+
+def _p2p_frame(ctx: Context, w: Wait) -> object:
+    d = ctx.load.dumps.get(w.waiter)
+    if d is None:
+        return None
+    for op in d.p2p:
+        if op.group == w.group and op.peer == w.target and op.op == w.op \
+                and not op.status & _DONE:
+            return ctx.frames.frame(w.waiter, op.index)
+    return None
+
+
+def _component(cycle: list[Wait], graph: WaitGraph) -> set[int]:
+    """Every rank of the strongly connected component through ``cycle``."""
+    ring = {w.waiter for w in cycle}
+    upstream = reaching(ring, graph) | ring
+    down: set[int] = set()
+    todo = list(ring)
+    while todo:
+        v = todo.pop()
+        for w in graph.out.get(v, []):
+            if w.target not in down:
+                down.add(w.target)
+                todo.append(w.target)
+    return (upstream & (down | ring))
+
+
+def _p2p_tokens(ctx: Context, rank: int) -> tuple[list[tuple[str, str, int | None]], int]:
+    """The rank's send/recv ops in record order as (group, op, peer), and the position of
+    its first unfinished one (``-1`` if none)."""
+    d = ctx.load.dumps.get(rank)
+    if d is None:
+        return [], -1
+    ops = sorted(d.p2p, key=lambda o: o.index)
+    tokens = [(o.group, o.op, o.peer) for o in ops]
+    first = next((i for i, o in enumerate(ops) if not o.status & _DONE), -1)
+    return tokens, first
+
+
+def _breaks_period(tokens: list[tuple[str, str, int | None]], at: int) -> bool:
+    """Whether ``tokens[at]`` breaks the shortest period the ops before it repeat.
+
+    A pipeline stage's send/recv schedule repeats every step; a stage that drops or
+    skips one op shows it as the first op that does not fit its own earlier steps."""
+    history = tokens[:at]
+    for period in range(1, min(len(history), 16) + 1):
+        if len(history) < period + 1:
+            break
+        if all(history[i] == history[i - period] for i in range(period, len(history))):
+            return tokens[at] != history[at - period]
+    return False
+
+
+def _pattern_breakers(ctx: Context, comp: set[int]) -> list[int]:
+    out = []
+    for r in sorted(comp):
+        tokens, first = _p2p_tokens(ctx, r)
+        if first > 0 and _breaks_period(tokens, first):
+            out.append(r)
+    return out
+
+
+def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], comp: set[int],
+                            graph: WaitGraph, details: dict[str, object]) -> Finding:
+    culprit = broke[0]
+    link = next((w for w in cycle if w.target == culprit), cycle[0])
+    partner = "recv" if link.op == "send" else "send"
+    direction = "to" if link.op == "send" else "from"
+    waiting = sorted((comp | reaching(comp, graph)) - set(broke))
+    others = [w for w in waiting if w != link.waiter]
+    hops, _ = _cycle_hops(ctx, cycle)
+    return Finding(
+        kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
+        op=link.op, culprit_ranks=broke, waiting_ranks=waiting, blocking=True,
+        message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
+                 f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
+                 f"matching {partner}: its own send/recv schedule repeats every step until "
+                 f"there, then it skipped that op and went on, so the two now wait for each "
+                 f"other: " + ", ".join(hops) + "."
+                 + (f" {ranks_phrase(others).capitalize()} {wait_verb(others)} behind them."
+                    if others else "")),
+        details={**details, "cycle_root": True},
+    )
+
+
+def _deviants(ctx: Context, comp: set[int], graph: WaitGraph) -> tuple[list[int], str | None]:
+    """Step 4: the ranks of a cross-group cycle whose order differs from the majority's.
+
+    Every member of the component (and everyone waiting on it) waits in one group of the
+    cycle; the group most of them wait in is the order they agree on."""
+    involved = comp | reaching(comp, graph)
+    groups = {w.group for r in comp for w in graph.out.get(r, []) if w.target in comp}
+    choice: dict[int, str] = {}
+    for r in sorted(involved):
+        if sum(r in ctx.groups[g].ranks for g in groups) < 2:
+            continue  # only a member of two of the groups chooses an order between them
+        d = ctx.load.dumps.get(r)
+        if d is None:
+            continue
+        for g, seq, _ in d.pending:
+            if g in groups and seq >= 0:
+                choice[r] = g
+                break
+    counts: dict[str, int] = {}
+    for g in choice.values():
+        counts[g] = counts.get(g, 0) + 1
+    if len(counts) < 2:
+        return sorted(comp), None
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if ranked[0][1] == ranked[1][1]:
+        return sorted(comp), None
+    major = ranked[0][0]
+    odd = sorted(r for r, g in choice.items() if g != major)
+    return odd, major
+
+
+def cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding:
+    """The one blocking finding of a cycle that no skip explains (steps 1-5)."""
+    comp = _component(cycle, graph)
+    hops, frames = _cycle_hops(ctx, cycle)
+    first = cycle[0]
+    p2p_links = [w for w in cycle if w.seq is None]
+    details = {"frames": frames, "cycle": [(w.waiter, w.target, w.group, w.seq) for w in cycle]}
+    if p2p_links and len(p2p_links) == len(cycle):
+        broke = _pattern_breakers(ctx, comp)
+        if broke and len(broke) < len(comp):
+            return _broken_pattern_finding(ctx, broke, cycle, comp, graph, details)
+        ranks = sorted(comp)
+        behind = sorted(reaching(comp, graph))
+        also = f"; {ranks_phrase(behind)} {wait_verb(behind)} behind them" if behind else ""
+        return Finding(
+            kind="p2p_deadlock", group=ctx.groups[first.group], collective_seq_id=None,
+            op="send/recv", culprit_ranks=ranks, waiting_ranks=behind, blocking=True,
+            message=(f"{ranks_phrase(ranks).capitalize()} deadlock in send/recv: "
+                     + ", ".join(hops) + f"{also}. Each posted its op before the one its "
+                     "peer waits for (on gloo a send blocks until the matching recv is "
+                     "posted): reorder them, or use batch_isend_irecv."),
+            details=details,
+        )
+    if p2p_links:
+        link = p2p_links[0]
+        culprit = link.target
+        partner = "recv" if link.op == "send" else "send"
+        direction = "to" if link.op == "send" else "from"
+        waiting = sorted((comp | reaching(comp, graph)) - {culprit})
+        return Finding(
+            kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
+            op=link.op, culprit_ranks=[culprit], waiting_ranks=waiting, blocking=True,
+            message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
+                     f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
+                     f"matching {partner}: it went on and now waits itself, so the job "
+                     f"deadlocks: " + ", ".join(hops) + f". {ranks_phrase(waiting).capitalize()} "
+                     f"{wait_verb(waiting)} behind it."),
+            details={**details, "cycle_root": True},
+        )
+    culprits, major = _deviants(ctx, comp, graph)
+    behind = sorted((comp | reaching(comp, graph)) - set(culprits))
+    n_groups = len({w.group for w in cycle})
+    if major is not None:
+        g = ctx.groups[major]
+        text = (f"{ranks_phrase(culprits).capitalize()} issued collectives of "
+                f"{plural(n_groups, 'group')} out of order: "
+                f"{ranks_phrase(behind)} wait in {g.label()} first, "
+                f"{ranks_phrase(culprits)} in another group, so they wait for each other: "
+                + ", ".join(hops) + ".")
+    else:
+        also = f"; {ranks_phrase(behind)} {wait_verb(behind)} behind them" if behind else ""
+        text = (f"{ranks_phrase(culprits).capitalize()} wait for each other across "
+                f"{plural(n_groups, 'group')}: " + ", ".join(hops) + f"{also}.")
+    return Finding(
+        kind="cross_group_deadlock", group=ctx.groups[first.group], collective_seq_id=first.seq,
+        op=record_op(ctx, first.waiter, first.group, first.seq) or first.op,
+        culprit_ranks=culprits, waiting_ranks=behind, message=text, blocking=True,
+        details=details,
+    )

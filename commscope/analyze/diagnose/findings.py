@@ -1,0 +1,437 @@
+"""From aligned groups to one wait-for graph, and from the graph to findings and a verdict.
+
+Algorithm (:func:`diagnose`):
+
+1. Stale dumps (ours carry ``dump_time_ns``): a rank whose dump is much older than the
+   others' and whose history stops before theirs stopped early
+   (:func:`commscope.analyze.diagnose.timing.stale_dumps`).
+2. Disagreements inside groups (:func:`commscope.analyze.diagnose.mismatch.mismatch_findings`):
+   op / order / size / dtype / skipped collective.
+3. **The wait-for graph** (:mod:`commscope.analyze.diagnose.waits`) over every rank's unfinished
+   work: a collective waits for the members that never reached it or left no dump, a
+   send for the peer's matching recv, a recv for the send.
+4. **Crashed ranks** (``crashed_rank``, :mod:`commscope.analyze.diagnose.crashes`): an expected
+   rank without a dump, with a stale dump, or whose dump was written because it raised
+   an exception that is not a communication error (the text of the exception is
+   quoted), or on a signal no other rank got, before any other rank dumped (torchrun's
+   SIGTERM to the survivors of a failure is not a cause). Ranks whose collective failed
+   with the dead rank, or who raised a communication error, are its *victims*: listed
+   as waiting, never as culprits.
+5. **Cycles** (:mod:`commscope.analyze.diagnose.cycles`): every strongly connected component is
+   a deadlock. A rank that skipped a collective and went on
+   (:mod:`commscope.analyze.diagnose.skips`) is named as ``missing_rank``; a cycle only through
+   send/recv is a ``p2p_deadlock``; a cycle through a send/recv and collectives is the
+   ``p2p_unmatched`` of the rank that never posted the partner op; a cycle through
+   collectives of several groups is a ``cross_group_deadlock`` that names the rank(s)
+   whose order differs from the majority's (the group most ranks wait in is the order
+   they agree on).
+6. **Roots**: ranks others wait for that wait for nobody. At a group's frontier the
+   ones that never issued the collective are ``missing_rank``; the peer of an
+   unfinished send/recv that never posted its partner is ``p2p_unmatched``. When the
+   root's dump carries thread stacks (commscope's do), the finding says where its main
+   thread is now; a PyTorch-native dump has none, and the finding says so.
+7. Everyone who reaches a culprit in the graph, transitively, waits behind it.
+8. ``stalled_collective`` when nothing above explains a stop and everyone is inside the
+   same unfinished collective (with evidence of age).
+9. **Coverage**: a rank with unfinished work that no blocking finding names (as
+   culprit or waiter) gets a ``stalled_collective`` of its own: a dump with unfinished
+   work is never called healthy.
+10. Remarks: ``unreadable_dump``, ``truncated_history``, ``straggler``; ``healthy`` when
+    there is nothing at all.
+11. Order: blocking disagreements whose shape is known, crashes, other roots (missing
+    ranks, unmatched p2p, blocking mismatches), cycles, stalls, then survived
+    disagreements (desync), unreadable dumps, undecidable history, remarks; within a
+    tier by sequence number, group and ranks. The verdict is ``crash`` if a rank
+    crashed, else ``hang`` if anything blocks, else ``desync``, else ``incomplete``
+    when dumps are unreadable or history undecidable, else ``healthy``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from commscope.analyze.align.match import P2PIssue
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.crashes import (
+    crash_findings,
+    crash_reasons,
+    is_comm_error,
+    killed_by_mismatch,
+)
+from commscope.analyze.diagnose.cycles import cycle_finding
+from commscope.analyze.diagnose.mismatch import (
+    MISMATCH_KINDS,
+    mismatch_findings,
+    pending_mismatch_ranks,
+)
+from commscope.analyze.diagnose.skips import find_skip, skip_finding
+from commscope.analyze.diagnose.timing import stale_dumps, stalled_findings, straggler_findings
+from commscope.analyze.diagnose.waits import WaitGraph, build_waits, find_cycles, reaching
+from commscope.analyze.diagnose.wording import now_text, record_op, record_status, wait_verb
+from commscope.analyze.model import COMPLETED, RETIRED, Finding
+from commscope.analyze.text import frame_text, plural, ranks_phrase
+
+__all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error"]
+
+_DONE = RETIRED | COMPLETED
+KINDS = (
+    "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
+    "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
+    "truncated_history", "straggler", "stalled_collective", "unreadable_dump", "healthy",
+)
+_CYCLE_KINDS = ("cross_group_deadlock", "p2p_deadlock")
+
+
+def _tier(f: Finding) -> int:
+    if f.blocking and f.kind in (*MISMATCH_KINDS, "missing_rank") and "shape" in f.details:
+        return 1
+    if f.kind == "crashed_rank":
+        return 2
+    if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
+        return 7
+    if f.details.get("cycle_root"):
+        return 4
+    if f.blocking and f.kind in ("missing_rank", "p2p_unmatched", *MISMATCH_KINDS):
+        return 3
+    if f.kind in _CYCLE_KINDS:
+        return 4
+    if f.kind == "stalled_collective":
+        return 5
+    if f.kind in (*MISMATCH_KINDS, "missing_rank", "p2p_unmatched"):
+        return 6
+    if f.kind == "unreadable_dump":
+        return 7
+    if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
+        return 7
+    return 8
+
+
+def _sort_key(f: Finding) -> tuple[object, ...]:
+    seq = f.collective_seq_id if f.collective_seq_id is not None else 1 << 62
+    return (_tier(f), seq, f.culprit_ranks, f.group.name if f.group else "", f.kind)
+
+
+def verdict(findings: list[Finding]) -> str:
+    """``crash`` / ``hang`` / ``desync`` / ``incomplete`` / ``healthy`` (step 11)."""
+    if any(f.kind == "crashed_rank" or f.details.get("killed") for f in findings):
+        return "crash"
+    if any(f.blocking for f in findings):
+        return "hang"
+    tiers = {_tier(f) for f in findings if f.kind != "healthy"}
+    if tiers & {1, 3, 4, 5}:
+        return "hang"
+    if 6 in tiers:
+        return "desync"
+    if 7 in tiers:
+        return "incomplete"
+    return "healthy"
+
+
+# ---------------------------------------------------------------------- roots
+
+
+def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
+    findings = []
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        f = view.frontier
+        if f is None or f.completed_by:
+            continue
+        culprits = [q for q in f.lack if not graph.stuck(q) and q not in explained]
+        if not culprits:
+            continue
+        ref = next((r for r in f.have if ctx.sig(r, key, f.seq)), None)
+        sig = ctx.sig(ref, key, f.seq) if ref is not None else None
+        what = f"{sig.op} #{f.seq} ({sig.sizes_text()})" if sig else f"collective #{f.seq}"
+        who = ranks_phrase(culprits)
+        waiting = sorted(reaching(set(culprits), graph) | set(f.waiting))
+        behind = [r for r in waiting if r not in f.waiting]
+        if f.waiting:
+            verb = "waits" if len(f.waiting) == 1 else "wait"
+            wait_text = f"which {ranks_phrase(f.waiting)} {verb} in"
+            if behind:
+                wait_text = (f"which {ranks_phrase(f.waiting)} {verb} in (and "
+                             f"{ranks_phrase(behind)} behind them)")
+        else:
+            wait_text = (f"which {ranks_phrase(f.have)} recorded as finished (so {who}'s dump "
+                         "may be older than theirs, or the collective failed)")
+        nows = "; ".join(now_text(ctx, q) for q in culprits[:4])
+        if len(culprits) > 4:
+            nows += f"; and {len(culprits) - 4} more"
+        frame = ctx.last_activity(culprits[0])[1]
+        findings.append(Finding(
+            kind="missing_rank", group=view.group, collective_seq_id=f.seq,
+            op=sig.op if sig else None, culprit_ranks=culprits, waiting_ranks=waiting,
+            blocking=bool(f.waiting),
+            message=(f"{who.capitalize()} never joined {what} of {view.group.label()}, "
+                     f"{wait_text}; {nows}."),
+            details={"frames": {culprits[0]: frame}},
+        ))
+    return findings
+
+
+def _p2p_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
+    findings = []
+    seen: set[tuple[str, int, int]] = set()
+    lonely: dict[int, list[P2PIssue]] = {}
+    for issue in ctx.p2p:
+        op, r, q = issue.op, issue.rank, issue.peer
+        if q is None or (issue.group, r, q) in seen:
+            continue
+        g = ctx.groups[issue.group]
+        sig = ctx.load.sigs.sigs[op.sig]
+        frame = ctx.frames.frame(r, op.index)
+        if issue.kind == "mismatch" and issue.partner is not None:
+            other = ctx.load.sigs.sigs[issue.partner.sig]
+            kind = "size_mismatch" if sig.input_sizes != (other.output_sizes or other.input_sizes) \
+                else "dtype_mismatch"
+            pending = not (op.status & _DONE and issue.partner.status & _DONE)
+            seen.add((issue.group, r, q))
+            findings.append(Finding(
+                kind=kind, group=g, collective_seq_id=None, op="send/recv",
+                culprit_ranks=sorted({r, q}), waiting_ranks=sorted(reaching({r, q}, graph)),
+                blocking=pending,
+                message=(f"Rank {r} sends {sig.sizes_text()} to rank {q} in {g.label()} "
+                         f"(p2p #{op.p2p_seq}, at {frame_text(frame)}) but rank {q}'s matching "
+                         f"recv takes {other.sizes_text()}."),
+            ))
+            continue
+        if op.status & _DONE or q not in ctx.load.dumps or q in explained or graph.stuck(q):
+            continue
+        seen.add((issue.group, r, q))
+        lonely.setdefault(q, []).append(issue)
+    for q, issues in sorted(lonely.items()):
+        findings.append(_unmatched_finding(ctx, graph, q, issues))
+    return findings
+
+
+def _unmatched_finding(ctx: Context, graph: WaitGraph, q: int,
+                       issues: list[P2PIssue]) -> Finding:
+    """One ``p2p_unmatched`` for a peer that never posted the partner of every op in
+    ``issues`` (one per waiting rank, oldest first)."""
+    issues = sorted(issues, key=lambda i: (i.op.created, i.rank))
+    waits = []
+    frames: dict[int, object] = {}
+    for issue in issues:
+        op, r = issue.op, issue.rank
+        sig = ctx.load.sigs.sigs[op.sig]
+        frame = ctx.frames.frame(r, op.index)
+        frames[r] = frame
+        partner = "recv" if op.op == "send" else "send"
+        direction = "to" if op.op == "send" else "from"
+        waits.append(f"rank {r} waits in {op.op} {direction} rank {q} ({sig.sizes_text()}, p2p "
+                     f"#{op.p2p_seq} of {ctx.groups[issue.group].label()}, at "
+                     f"{frame_text(frame)}) for a {partner} rank {q} never posted")
+    direct = {i.rank for i in issues}
+    waiting = sorted(reaching({q}, graph) | direct)
+    behind = [x for x in waiting if x not in direct]
+    behind_text = f"; {ranks_phrase(behind)} {wait_verb(behind)} behind them" if behind else ""
+    first = issues[0]
+    frames[q] = ctx.last_activity(q)[1]
+    text = "; ".join(waits)
+    return Finding(
+        kind="p2p_unmatched", group=ctx.groups[first.group], collective_seq_id=None,
+        op=first.op.op, culprit_ranks=[q], waiting_ranks=waiting, blocking=True,
+        message=(f"{text[0].upper()}{text[1:]}{behind_text}; {now_text(ctx, q)}."),
+        details={"frames": frames},
+    )
+
+
+# ---------------------------------------------------------------------- coverage
+
+
+def _uncovered_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """Step 9: unfinished work that no blocking finding names."""
+    covered: set[int] = set()
+    for f in findings:
+        if f.blocking:
+            covered.update(f.culprit_ranks)
+            covered.update(f.waiting_ranks)
+    by_place: dict[tuple[str, int], list[int]] = {}
+    for r, d in sorted(ctx.load.dumps.items()):
+        if r in covered or not d.pending:
+            continue
+        group, seq, _ = d.pending[0]
+        by_place.setdefault((group, seq), []).append(r)
+    out = []
+    for (group, seq), ranks in sorted(by_place.items()):
+        g = ctx.groups.get(group)
+        r0 = ranks[0]
+        d = ctx.load.dumps[r0]
+        index = d.pending[0][2]
+        frame = ctx.frames.frame(r0, index)
+        if seq >= 0:
+            what = f"{ctx.op_at(r0, group, seq)} of {g.label() if g else 'group ' + group}"
+        else:
+            op = next((o for o in d.p2p if o.index == index), None)
+            what = (f"{op.op} {'to' if op.op == 'send' else 'from'} rank {op.peer} "
+                    f"(p2p #{op.p2p_seq}) of {ctx.group_ref(group)}") if op else "a send/recv"
+        verb = "was" if len(ranks) == 1 else "were"
+        reasons = sorted({ctx.load.dumps[r].dump_reason or "?" for r in ranks})
+        done_by = _finished_elsewhere(ctx, group, seq, ranks)
+        if done_by:
+            out.append(Finding(
+                kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
+                op=record_op(ctx, r0, group, seq) if seq >= 0 else None,
+                culprit_ranks=[], waiting_ranks=ranks, blocking=False,
+                details={"undecided": True},
+                message=(f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
+                         f"{'it' if len(ranks) == 1 else 'they'} dumped, though "
+                         f"{ranks_phrase(done_by)} finished it: the dump was taken while it "
+                         "was finishing (a dump of a running job), not a hang."),
+            ))
+            continue
+        out.append(Finding(
+            kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
+            op=record_op(ctx, r0, group, seq) if seq >= 0 else (what.split()[0]),
+            culprit_ranks=[], waiting_ranks=ranks, blocking=True,
+            message=(f"{ranks_phrase(ranks).capitalize()} {verb} still inside {what} when "
+                     f"{'it' if len(ranks) == 1 else 'they'} dumped (reason: "
+                     f"{', '.join(reasons)}), at {frame_text(frame)}, and no other rank's "
+                     "records explain the wait: the transport is slow or stuck, or the "
+                     "dump was taken while the op was finishing."),
+        ))
+    return out
+
+
+def _finished_elsewhere(ctx: Context, group: str, seq: int, ranks: list[int]) -> list[int]:
+    """Other members that finished collective ``seq`` of ``group`` (empty for p2p)."""
+    if seq < 0:
+        return []
+    view = ctx.views.get(group)
+    if view is None:
+        return []
+    out = []
+    for r, (lo, hi) in view.spans.items():
+        if r in ranks or not lo <= seq <= hi:
+            continue
+        if record_status(ctx, r, group, seq) & _DONE:
+            out.append(r)
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------- remarks
+
+
+def _unreadable_findings(ctx: Context) -> list[Finding]:
+    findings = []
+    for u in ctx.load.unreadable:
+        if u.rank is None or u.rank in ctx.load.dumps or u.rank not in ctx.expected:
+            continue
+        findings.append(Finding(
+            kind="unreadable_dump", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[u.rank], waiting_ranks=[],
+            message=(f"Rank {u.rank}'s dump {os.path.basename(u.file)} could not be read "
+                     f"({u.error}), so where rank {u.rank} stopped is unknown."),
+        ))
+    return findings
+
+
+def _truncated_findings(ctx: Context) -> list[Finding]:
+    findings = []
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        g = view.group
+        if view.truncated:
+            ranks = sorted(view.truncated)
+            start = max(view.truncated.values())
+            kept = sorted({ctx.load.dumps[r].n_entries for r in ranks})
+            size = f"{kept[0]}" if len(kept) == 1 else f"{kept[0]}-{kept[-1]}"
+            findings.append(Finding(
+                kind="truncated_history", group=g, collective_seq_id=start, op=None,
+                culprit_ranks=ranks, waiting_ranks=[],
+                message=(f"{ranks_phrase(ranks).capitalize()} kept only their newest {size} "
+                         f"records (their ring wrapped), so collectives of {g.label()} before "
+                         f"#{start} were compared among the other ranks only and are never "
+                         "called missing."),
+            ))
+        if view.unknown:
+            f = view.frontier
+            at = f" whether they reached #{f.seq}" if f else " where they are in it"
+            findings.append(Finding(
+                kind="truncated_history", group=g, collective_seq_id=f.seq if f else None,
+                op=None, culprit_ranks=list(view.unknown), waiting_ranks=[],
+                message=(f"{ranks_phrase(view.unknown).capitalize()} belong to {g.label()} but "
+                         f"their wrapped rings hold no record of it, so{at} cannot be decided."),
+                details={"undecided": True},
+            ))
+    return findings
+
+
+def _healthy(ctx: Context) -> Finding:
+    checked = sum(v.checked for v in ctx.views.values())
+    p2p = sum(len(d.p2p) for d in ctx.load.dumps.values())
+    pairs = f" and {plural(p2p, 'send/recv record')} paired" if p2p else ""
+    return Finding(
+        kind="healthy", group=None, collective_seq_id=None, op=None, culprit_ranks=[],
+        waiting_ranks=[],
+        message=(f"All {plural(len(ctx.load.dumps), 'rank')} with dumps agree on every recorded "
+                 f"collective ({checked} sequence numbers compared across "
+                 f"{plural(len(ctx.views), 'group')}{pairs}) and none has unfinished work."),
+    )
+
+
+# ---------------------------------------------------------------------- the whole
+
+
+def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
+    """All findings, root cause first (see module doc)."""
+    ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
+    findings = mismatch_findings(ctx)
+    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load)
+    reasons = crash_reasons(ctx, graph)
+    findings = killed_by_mismatch(ctx, graph, reasons, findings)
+    findings += crash_findings(ctx, graph, reasons)
+    explained: set[int] = set(reasons)
+    for cycle in find_cycles(graph):
+        if explained & {w.waiter for w in cycle}:
+            continue
+        skip = find_skip(ctx, cycle)
+        found = skip_finding(ctx, skip, cycle, graph) if skip else cycle_finding(ctx, cycle, graph)
+        if skip:
+            found.details["cycle_root"] = True
+        findings.append(found)
+        explained.update(w.waiter for w in cycle)
+    findings += _frontier_findings(ctx, graph, explained)
+    findings += _p2p_findings(ctx, graph, explained)
+    if not any(f.blocking for f in findings):
+        findings += stalled_findings(ctx)
+    findings += _uncovered_findings(ctx, findings)
+    findings += _unreadable_findings(ctx)
+    findings += _truncated_findings(ctx)
+    if straggler_ms != float("inf"):
+        findings += straggler_findings(ctx, straggler_ms)
+    findings += _nothing_to_read(ctx, findings)
+    findings.sort(key=_sort_key)
+    if not findings:
+        findings.append(_healthy(ctx))
+    return findings
+
+
+def _behind(ctx: Context, rank: int) -> bool:
+    """The rank's history stops before another member's in some group."""
+    return any(rank in v.spans and v.spans[rank][1] < v.max_hi for v in ctx.views.values())
+
+
+def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """When no dump (or no record) was read, say so instead of calling the job healthy."""
+    if not ctx.load.dumps:
+        if any(f.kind == "unreadable_dump" for f in findings):
+            return []
+        files = len(ctx.load.unreadable)
+        return [Finding(
+            kind="unreadable_dump", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[], waiting_ranks=[],
+            message=(f"None of the {plural(files, 'file')} could be read as a dump, so "
+                     "nothing can be said about the job."),
+        )]
+    if all(d.n_entries == 0 for d in ctx.load.dumps.values()):
+        return [Finding(
+            kind="truncated_history", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[], waiting_ranks=[],
+            message=(f"The {plural(len(ctx.load.dumps), 'dump')} hold no record at all (the "
+                     "recorder was off, e.g. TORCH_FR_BUFFER_SIZE=0, or dumped without "
+                     "collectives), so nothing can be decided."),
+            details={"undecided": True},
+        )]
+    return []

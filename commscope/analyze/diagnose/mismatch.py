@@ -1,0 +1,194 @@
+"""Findings for ranks that disagree about a collective: op, order, size, dtype, skipped.
+
+Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequence order:
+
+1. Skip a mismatch whose culprits were already reported for this group: once a rank is
+   off by one collective, every later one differs too (counted, not repeated).
+2. Compare the culprit's match keys from ``seq`` on with the majority's (a reference
+   rank among the majority, the lowest), in this order:
+   * the first ``k`` (2 to 8) are a permutation of the majority's, not equal, and the
+     rest of what both recorded is equal: ``order_mismatch`` (later mismatches inside
+     that window are part of it);
+   * both recorded as many collectives and the rest lines up unshifted (``c[s+k] ==
+     m[s+k]`` for ``k >= 1``): one call differs, go to step 3 (with the same op every
+     step a shift fits too, but a skipped or extra call leaves one side a record short
+     or over);
+   * the culprit's collectives equal the majority's shifted by one (``c[s+k] ==
+     m[s+k+1]``): the culprit **skipped** collective ``seq`` (``missing_rank``);
+   * shifted the other way: it issued an **extra** collective (``op_mismatch``);
+3. otherwise by what differs between the culprit's and the majority's signature: the
+   op (``op_mismatch``), the shapes (``size_mismatch``), else the dtypes
+   (``dtype_mismatch``).
+4. A mismatch with an unfinished record is *blocking* (the job stopped there); a
+   finished one is a bug the job survived (desync: e.g. float32 against int32 of the
+   same byte size completes on gloo with garbage).
+5. A tie that evidence could not break names every side as a culprit and says so.
+"""
+
+from __future__ import annotations
+
+from commscope.analyze.align.match import GroupView, Mismatch
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.model import Finding, Sig, Track
+from commscope.analyze.text import frame_text, ranks_phrase
+
+__all__ = ["mismatch_findings", "pending_mismatch_ranks", "MISMATCH_KINDS"]
+
+MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch")
+"""The kinds of a disagreement about one call (a skipped one is a ``missing_rank``)."""
+
+_WINDOW = 8
+
+
+def pending_mismatch_ranks(ctx: Context) -> set[int]:
+    """Ranks inside an unfinished collective that their group disagrees about."""
+    out: set[int] = set()
+    for view in ctx.views.values():
+        for m in view.mismatches:
+            if m.pending:
+                out.update(r for rs in m.by_key.values() for r in rs)
+    return out
+
+
+def _keys(track: Track, seq: int, n: int) -> list[int]:
+    start = seq - track.lo
+    return list(track.mk[start:start + n]) if track.mk is not None else []
+
+
+def _shape(ctx: Context, view: GroupView, m: Mismatch, culprit: int) -> tuple[str, int]:
+    """Step 2: ``skip``, ``extra``, ``order`` (with its window length) or ``plain``."""
+    if not m.agreeing:
+        return "plain", 1
+    key = view.group.key
+    ref_t = ctx.load.dumps[m.agreeing[0]].tracks[key]
+    cul_t = ctx.load.dumps[culprit].tracks[key]
+    c = _keys(cul_t, m.seq, _WINDOW + 1)
+    r = _keys(ref_t, m.seq, _WINDOW + 1)
+    overlap = min(len(c), len(r))
+    for k in range(2, min(overlap, _WINDOW) + 1):
+        if sorted(c[:k]) == sorted(r[:k]) and c[:k] != r[:k] and c[k:overlap] == r[k:overlap]:
+            return "order", k
+    if overlap >= 2 and cul_t.hi == ref_t.hi and c[1:overlap] == r[1:overlap]:
+        return "plain", 1  # as many records, the rest unshifted: one call differs
+    n = min(len(c), len(r) - 1)
+    if n >= 1 and c[:n] == r[1:n + 1]:
+        return "skip", 1
+    n = min(len(c) - 1, len(r))
+    if n >= 1 and c[1:n + 1] == r[:n]:
+        return "extra", 1
+    return "plain", 1
+
+
+def _sig_kind(ctx: Context, a: Sig | None, b: Sig | None) -> str:
+    if a is not None and b is not None and a.members and b.members:
+        if len(a.members) != len(b.members):
+            return "op_mismatch"
+        table = ctx.load.sigs.sigs
+        for x, y in zip(a.members, b.members):
+            kind = _sig_kind(ctx, table[x], table[y])
+            if table[x] != table[y]:
+                return kind
+        return "op_mismatch"
+    if a is None or b is None or a.op != b.op or bool(a.members) != bool(b.members):
+        return "op_mismatch"
+    if a.input_sizes != b.input_sizes or a.output_sizes != b.output_sizes:
+        return "size_mismatch"
+    if a.input_dtypes != b.input_dtypes or a.output_dtypes != b.output_dtypes:
+        return "dtype_mismatch"
+    return "op_mismatch"
+
+
+def _sig_text(sig: Sig | None, ctx: Context | None = None) -> str:
+    if sig is None:
+        return "an unreadable record"
+    if sig.members and ctx is not None:
+        parts = "; ".join(_sig_text(ctx.load.sigs.sigs[m]) for m in sig.members[:4])
+        more = ", ..." if len(sig.members) > 4 else ""
+        return f"{len(sig.members)} coalesced ops [{parts}{more}]"
+    return f"{sig.op} ({sig.sizes_text()})"
+
+
+def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
+    g = view.group
+    key = g.key
+    culprit = m.culprits[0]
+    ref = m.agreeing[0] if m.agreeing else None
+    c_sig = ctx.sig(culprit, key, m.seq)
+    r_sig = ctx.sig(ref, key, m.seq) if ref is not None else None
+    where = frame_text(ctx.frame_at(culprit, key, m.seq))
+    who = ranks_phrase(m.culprits)
+    others = ranks_phrase(m.agreeing) if m.agreeing else ""
+    shape, span = _shape(ctx, view, m, culprit)
+    tail = "" if m.pending else "; it completed, so the job went on with wrong data"
+    frames = {culprit: ctx.frame_at(culprit, key, m.seq)}
+    if m.tie:
+        variants = "; ".join(
+            f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq), ctx)}"
+            for _, rs in sorted(m.by_key.items()))
+        kind = _sig_kind(ctx, ctx.sig(m.culprits[0], key, m.seq),
+                         ctx.sig(m.culprits[-1], key, m.seq))
+        msg = (f"The ranks of {g.label()} disagree about collective #{m.seq} and no side has "
+               f"a majority ({variants}); {ranks_phrase(m.culprits[:1])} called it at {where}"
+               f"{tail}.")
+        op = c_sig.op if c_sig else None
+    elif shape == "skip":
+        kind = "missing_rank"
+        op = r_sig.op if r_sig else None
+        msg = (f"{who.capitalize()} skipped {_sig_text(r_sig, ctx)} #{m.seq} of {g.label()} that "
+               f"{others} called: {who}'s collective #{m.seq} is the others' #{m.seq + 1} "
+               f"({_sig_text(c_sig, ctx)}, at {where}){tail}.")
+    elif shape == "extra":
+        kind = "op_mismatch"
+        op = c_sig.op if c_sig else None
+        msg = (f"{who.capitalize()} issued an extra {_sig_text(c_sig, ctx)} as #{m.seq} of "
+               f"{g.label()} at {where}, which {others} never called{tail}.")
+    elif shape == "order":
+        kind = "order_mismatch"
+        op = c_sig.op if c_sig else None
+        mine = ", ".join(ctx.op_at(culprit, key, s) for s in range(m.seq, m.seq + span))
+        theirs = ", ".join(ctx.op_at(ref, key, s) for s in range(m.seq, m.seq + span)) \
+            if ref is not None else "?"
+        msg = (f"{who.capitalize()} issued the same collectives of {g.label()} in a different "
+               f"order than {others}: {mine} against {theirs}, starting at {where}{tail}.")
+    else:
+        kind = _sig_kind(ctx, c_sig, r_sig)
+        op = c_sig.op if c_sig else None
+        msg = (f"{who.capitalize()} called {_sig_text(c_sig, ctx)} as #{m.seq} of {g.label()} "
+               f"where {others} called {_sig_text(r_sig, ctx)}, at {where}{tail}.")
+    finding = Finding(
+        kind=kind, group=g, collective_seq_id=m.seq, op=op,
+        culprit_ranks=list(m.culprits), waiting_ranks=list(m.agreeing) if m.pending else [],
+        message=msg, blocking=m.pending,
+        details={"frames": frames, "shape": shape, "tie": m.tie},
+    )
+    return finding, span
+
+
+def mismatch_findings(ctx: Context) -> list[Finding]:
+    """One finding per distinct disagreement (see module doc)."""
+    findings: list[Finding] = []
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        reported: dict[tuple[int, ...], Finding] = {}
+        covered_until = -1
+        for m in view.mismatches:
+            culprits = tuple(m.culprits)
+            if m.seq <= covered_until:
+                continue
+            if culprits in reported:
+                found = reported[culprits]
+                found.details["later"] = found.details.get("later", 0) + 1
+                continue
+            finding, span = _one(ctx, view, m)
+            covered_until = m.seq + span - 1
+            reported[culprits] = finding
+            findings.append(finding)
+        if view.more_mismatches and reported:
+            first = next(iter(reported.values()))
+            first.details["later"] = first.details.get("later", 0) + view.more_mismatches
+    for f in findings:
+        later = f.details.get("later")
+        if later:
+            f.message = f.message[:-1] + (f" ({later} later collective(s) of this group also "
+                                          "differ as a consequence).")
+    return findings

@@ -1,0 +1,181 @@
+"""Findings that need time: stragglers, stale dumps, collectives stalled with everyone in.
+
+Stragglers (:func:`straggler_findings`), per group:
+
+1. Take the newest ``window`` sequence numbers (default 256; fewer on huge jobs: about
+   400 000 arrivals are read in all, at least 8 collectives per group) that every
+   member with a dump recorded and finished, where they agree.
+2. For each, the arrival of a rank is its ``time_created_ns``; the last to arrive and
+   its lag behind the first are noted.
+3. A rank that is last in at least half of them (and in at least 3), with a median lag
+   of at least ``threshold_ms``, is a straggler. Clocks of different hosts are
+   compared as they are: the message says so when the ranks ran on several hosts.
+
+Stale dumps (:func:`stale_dumps`): with ``dump_time_ns`` in at least three dumps (ours
+write it), a dump written more than ``stale_s`` seconds before the median of the others
+stopped being updated early: that rank crashed or hung before the others dumped.
+
+Stalled (:func:`stalled_findings`): an unfinished collective that every member issued
+with the same signature while none finished it is stalled in the transport, not in the
+program; reported only with evidence that it is old (the dump says ``timeout`` or the
+record is older than a minute at dump time), since a healthy job dumped mid-collective
+looks the same.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from array import array
+
+from commscope.analyze.diagnose.context import Context
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
+from commscope.analyze.text import frame_text, ms, ranks_phrase
+
+__all__ = ["straggler_findings", "stale_dumps", "stalled_findings"]
+
+_DONE = RETIRED | COMPLETED
+_MIN_SAMPLES = 3
+_OLD_NS = 60 * 10**9
+
+
+def straggler_findings(
+    ctx: Context, threshold_ms: float = 50.0, window: int = 256
+) -> list[Finding]:
+    """Steps 1-3 of the module doc."""
+    findings = []
+    budget = 400_000 // max(1, len(ctx.views))  # arrivals read per group, all groups
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        ranks = [r for r in view.group.ranks if r in ctx.load.dumps]
+        tracks = [ctx.load.dumps[r].tracks.get(key) for r in ranks]
+        if len(ranks) < 2 or any(t is None or not len(t) for t in tracks):
+            continue
+        span = max(8, min(window, budget // len(ranks)))  # bounded work on huge jobs
+        lo = max(t.lo for t in tracks)  # type: ignore[union-attr]
+        hi = min(t.hi for t in tracks)  # type: ignore[union-attr]
+        start = max(lo, hi - span + 1)
+        if hi < start:
+            continue
+        skip = {m.seq - start for m in view.mismatches if start <= m.seq <= hi}
+        columns = []
+        for t in tracks:
+            a, b = start - t.lo, hi + 1 - t.lo  # type: ignore[union-attr]
+            created = t.created[a:b]  # type: ignore[union-attr]
+            skip.update(_unusable(t.sig[a:b], t.status[a:b], created))  # type: ignore[union-attr]
+            columns.append(created)
+        last_count: dict[int, int] = {}
+        lags: dict[int, list[int]] = {}
+        samples = 0
+        top = len(ranks) - 1
+        for pos, arrivals in enumerate(zip(*columns)):  # one tuple per collective, C-level
+            if pos in skip:
+                continue
+            samples += 1
+            when = max(arrivals)
+            last = ranks[top - arrivals[::-1].index(when)]  # the highest rank on a tie
+            last_count[last] = last_count.get(last, 0) + 1
+            lags.setdefault(last, []).append(when - min(arrivals))
+        if samples < _MIN_SAMPLES or not last_count:
+            continue
+        rank = min(last_count, key=lambda r: (-last_count[r], r))
+        lag = statistics.median(lags[rank])
+        if last_count[rank] * 2 < samples or last_count[rank] < _MIN_SAMPLES:
+            continue
+        if lag < threshold_ms * 1e6:
+            continue
+        hosts = {ctx.load.dumps[r].hostname for r in ranks} - {None}
+        clock = " (clocks of different hosts compared as they are)" if len(hosts) > 1 else ""
+        where = frame_text(ctx.frame_at(rank, key, hi))
+        findings.append(Finding(
+            kind="straggler", group=view.group, collective_seq_id=hi,
+            op=ctx.sig(rank, key, hi).op if ctx.sig(rank, key, hi) else None,
+            culprit_ranks=[rank], waiting_ranks=[],
+            message=(f"Rank {rank} arrived last at {last_count[rank]} of the {samples} newest "
+                     f"finished collectives of {view.group.label()}, a median {ms(lag)} after "
+                     f"the first rank{clock}; its latest is {ctx.op_at(rank, key, hi)} at "
+                     f"{where}."),
+            details={"lag_ns": lag, "samples": samples, "last": last_count[rank]},
+        ))
+    return findings
+
+
+_DONE_TABLE = bytes(1 if (b - 256 if b > 127 else b) & _DONE else 0 for b in range(256))
+
+
+def _unusable(sig: array, status: array, created: array) -> set[int]:
+    """Positions of a window that cannot be timed: a gap, unfinished, or no timestamp."""
+    out: set[int] = set()
+    if GAP in sig:
+        out.update(i for i, s in enumerate(sig) if s == GAP)
+    done = status.tobytes().translate(_DONE_TABLE)
+    if 0 in done:
+        out.update(i for i, d in enumerate(done) if not d)
+    if min(created, default=1) <= 0:
+        out.update(i for i, c in enumerate(created) if c <= 0)
+    return out
+
+
+def stale_dumps(ctx: Context, stale_s: float = 30.0) -> dict[int, int]:
+    """Rank → ns its dump is older than the others' median (see module doc)."""
+    times = {r: d.dump_time_ns for r, d in ctx.load.dumps.items() if d.dump_time_ns}
+    if len(times) < 3:
+        return {}
+    ordered = sorted(times.values())
+    out = {}
+    for r, t in times.items():
+        gap = _median_without(ordered, t) - t
+        if gap > stale_s * 1e9:
+            out[r] = int(gap)
+    return out
+
+
+def _median_without(ordered: list[int], value: int) -> float:
+    """The median of ``ordered`` (sorted) with one copy of ``value`` left out, in
+    O(log n): thousands of ranks each compared with all the others stay linear."""
+    i = bisect.bisect_left(ordered, value)
+    m = len(ordered) - 1
+
+    def at(k: int) -> int:
+        return ordered[k] if k < i else ordered[k + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def stalled_findings(ctx: Context) -> list[Finding]:
+    """Collectives everyone joined and nobody finished, with evidence of age."""
+    findings = []
+    for key in sorted(ctx.views):
+        view = ctx.views[key]
+        if view.nodump or view.unknown or not view.spans:
+            continue
+        ranks = sorted(view.spans)
+        mismatched = {m.seq for m in view.mismatches}
+        candidates = sorted({s for r in ranks for g, s, _ in ctx.load.dumps[r].pending
+                             if g == key and 0 < s <= view.min_hi and s not in mismatched})
+        for seq in candidates:
+            tracks = [ctx.load.dumps[r].tracks[key] for r in ranks]
+            if any(t.lo > seq for t in tracks):
+                continue
+            if any(t.status[seq - t.lo] & _DONE for t in tracks):
+                continue
+            oldest = min(t.created[seq - t.lo] for t in tracks)
+            reasons = [ctx.load.dumps[r].dump_reason or "" for r in ranks]
+            dumped = [ctx.load.dumps[r].dump_time_ns or 0 for r in ranks]
+            aged = max(dumped) - oldest if max(dumped) and oldest > 0 else 0
+            if not (any("timeout" in x for x in reasons) or aged > _OLD_NS):
+                continue
+            age = f" for {ms(aged)}" if aged > 0 else ""
+            findings.append(Finding(
+                kind="stalled_collective", group=view.group, collective_seq_id=seq,
+                op=ctx.sig(ranks[0], key, seq).op if ctx.sig(ranks[0], key, seq) else None,
+                culprit_ranks=[], waiting_ranks=ranks,
+                message=(f"All of {view.group.label()} issued {ctx.op_at(ranks[0], key, seq)} "
+                         f"with the same sizes and none finished it{age}: the program agrees, "
+                         f"the transport is stuck (network, NCCL, a GPU); "
+                         f"{ranks_phrase(ranks[:1])} called it at "
+                         f"{frame_text(ctx.frame_at(ranks[0], key, seq))}."),
+                blocking=True,
+            ))
+            break
+    return findings

@@ -1,0 +1,478 @@
+"""Turn one unpickled dump into a compact :class:`~commscope.analyze.model.RankDump`.
+
+Algorithm (:func:`extract_dump`):
+
+1. Check the top level: a dict with ``version``/``entries`` (or a pre-2.0 bare list of
+   entries); anything else is a foreign file (:class:`DumpError`). Top-level fields of
+   the wrong type are noted as problems and ignored. The rank is the file's own
+   ``rank`` field when present, else the number in the file name.
+2. Read the records into columns (:func:`commscope.analyze.read.records.record_columns`).
+3. Intern signatures within the file (``marshal`` key → local id, C-level
+   ``dict.fromkeys``); decode each distinct one once.
+4. Split records into p2p ops and per-group **dense** :class:`Track` columns: index
+   ``i`` is sequence number ``lo + i``; a sequence number the rank skipped inside its
+   range is a ``GAP``; records sharing one sequence number (coalesced) become one
+   composite signature. A hostile sequence number far from the rest cannot blow up
+   the dense range: only the newest cluster (gaps ≤ 64) is kept, the rest reported.
+5. :func:`finish_sigs` (in the parent process) maps local ids onto the shared
+   :class:`SigTable` and fills each track's match-key column.
+"""
+
+from __future__ import annotations
+
+import marshal
+import re
+from array import array
+from collections import Counter
+from dataclasses import replace
+from itertools import compress, islice, repeat
+from operator import add, lt
+from typing import Any
+
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
+from commscope.analyze.read.places import user_place
+from commscope.analyze.read.records import (
+    R_CREATED,
+    R_IDT,
+    R_IN,
+    R_ISP2P,
+    R_KEY,
+    R_NAME,
+    R_ODT,
+    R_OUT,
+    R_P2PSEQ,
+    R_PEER,
+    R_PG,
+    R_PGID,
+    R_RECORD,
+    R_RETIRED,
+    R_SEQ,
+    R_STATE,
+    STATE_BITS,
+    record_columns,
+    short,
+    slow_columns,
+)
+from commscope.analyze.read.records import end_times as record_end_times
+from commscope.analyze.read.signature import coalesced_key, decode_sig, match_key, sig_key
+
+__all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
+
+COMMSCOPE_FORMAT_PREFIX = "commscope.flight/"
+_RANKS_TEXT = re.compile(r"^\[\s*(\d+\s*(?:,\s*\d+\s*)*)?\]$")
+_MAX_GAP = 64
+MAX_WORLD_SIZE = 1 << 22
+"""A ``world_size`` beyond this (4 194 304 ranks) is no real job's: ignored, not allocated."""
+_DONE = RETIRED | COMPLETED
+_P2P_OPS = ("send", "recv")
+
+
+class DumpError(Exception):
+    """A file that cannot be used at all; the message says why."""
+
+
+class Declined(Exception):
+    """The columns of the columnar reader could not be used: read the file again the
+    standard way (which says what is wrong with it, if anything)."""
+
+
+_RANKS_CACHE: dict[str, tuple[int, ...] | None] = {}
+
+
+def _parse_ranks(text: Any) -> tuple[int, ...] | None:
+    """``"[0, 1, 2]"`` → ``(0, 1, 2)``. Every rank of a job repeats the same strings (the
+    default group of 4 096 ranks is 24 KB of text), so parsed lists are cached and
+    shared: one tuple object, however many dumps hold it."""
+    if type(text) is str:
+        if text in _RANKS_CACHE:
+            return _RANKS_CACHE[text]
+        ranks = None
+        if len(text) < 10_000_000 and _RANKS_TEXT.match(text):
+            ranks = tuple(sorted({int(x) for x in re.findall(r"\d+", text)}))
+        if len(_RANKS_CACHE) < 100_000:
+            _RANKS_CACHE[text] = ranks
+        return ranks
+    if isinstance(text, list) and all(type(x) is int and x >= 0 for x in text):
+        return tuple(sorted(set(text)))
+    return None
+
+
+def _threads_and_exception(data: dict[str, Any], dump: RankDump) -> None:
+    """Commscope's ``commscope_threads`` (the main thread's place) and
+    ``commscope_exception``; anything malformed is ignored."""
+    threads = data.get("commscope_threads")
+    if isinstance(threads, list):
+        dump.threads = True
+        main = next((t for t in threads[:256] if isinstance(t, dict) and t.get("main") is True),
+                    None)
+        if main is not None:
+            dump.main_place = user_place(main.get("frames"))
+    exc = data.get("commscope_exception")
+    if isinstance(exc, dict) and type(exc.get("type")) is str:
+        message = exc.get("message")
+        dump.exception = (exc["type"][:200], message[:500] if type(message) is str else "",
+                          user_place(exc.get("frames")))
+
+
+def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
+    for key, attr, types in (
+        ("world_size", "world_size", (int,)), ("hostname", "hostname", (str,)),
+        ("pid", "pid", (int,)), ("dump_reason", "dump_reason", (str,)),
+        ("dump_time_ns", "dump_time_ns", (int,)),
+    ):
+        if key in data and data[key] is not None:
+            value = data[key]
+            if type(value) in types and (type(value) is not int or 0 <= value < 2**63):
+                setattr(dump, attr, value)
+            else:
+                problems.append(f"{key} is {short(value)}, ignored")
+    if dump.world_size is not None and not 1 <= dump.world_size <= MAX_WORLD_SIZE:
+        problems.append(f"world_size is {dump.world_size}, expected 1-{MAX_WORLD_SIZE}; ignored")
+        dump.world_size = None
+    _threads_and_exception(data, dump)
+    config = data.get("pg_config")
+    if isinstance(config, dict):
+        for name, value in config.items():
+            if not isinstance(value, dict):
+                continue
+            ranks = _parse_ranks(value.get("ranks"))
+            desc = value.get("desc")
+            if type(name) is str and name and type(desc) is str and desc:
+                dump.group_desc.setdefault(name, desc[:200])  # also groups with no record
+            if name == "" and ranks:
+                dump.world_hint = ranks  # gloo 2.13: the default group's ranks under ''
+            elif type(name) is str and name and ranks and value.get("name", name) == name:
+                dump.config[name] = ranks
+    elif config is not None:
+        problems.append(f"pg_config is {short(config)}, expected a dict; ignored")
+    status = data.get("pg_status")
+    if isinstance(status, dict):
+        for key, value in status.items():
+            try:
+                pg_id = int(key)
+                dump.pg_status[pg_id] = tuple(  # type: ignore[assignment]
+                    int(value[k]) for k in ("last_enqueued_collective",
+                                            "last_started_collective",
+                                            "last_completed_collective"))
+            except (TypeError, ValueError, KeyError, OverflowError):
+                problems.append(f"pg_status[{short(key)}] is {short(value)}, ignored")
+
+
+def extract_dump(data: Any, path: str, name_rank: int | None, *,
+                 end_times: bool = False, fast: tuple[list[Any], Any] | None = None) -> RankDump:
+    """Build the :class:`RankDump` of one file's unpickled content (see module doc).
+
+    ``end_times`` also keeps each record's completion time (``RankDump.ends``), which
+    the timeline exports draw. ``fast``: the checked columns and optional fields the
+    columnar reader made of the records (``data`` is then the file's top-level dict);
+    raises :class:`Declined` when they cannot be used after all.
+    """
+    if isinstance(data, list):
+        if data and not any(isinstance(e, dict) for e in data[:100]):
+            raise DumpError(f"foreign file: a list of {type(data[0]).__name__}, not "
+                            "flight-recorder records")
+        data = {"version": "1.0", "entries": data}
+    if not isinstance(data, dict):
+        raise DumpError(f"foreign file: holds {type(data).__name__} {short(data)}, expected "
+                        "a dict with 'version' and 'entries'")
+    if "entries" not in data and "version" not in data:
+        keys = ", ".join(sorted(repr(k) for k in list(data)[:6]))
+        raise DumpError(f"foreign file: a dict without 'version' or 'entries' (keys: {keys})")
+    fmt = data.get("commscope_format")
+    ours = type(fmt) is str and fmt.startswith(COMMSCOPE_FORMAT_PREFIX)
+    source = "commscope" if ours else "pytorch"
+    inner = data.get("rank")
+    problems: list[str] = []
+    if type(inner) is int and 0 <= inner < 2**31:
+        rank = inner
+    elif name_rank is not None:
+        rank = name_rank
+        if "rank" in data:
+            problems.append(f"rank is {short(inner)}, expected an int >= 0; the name's "
+                            f"rank {name_rank} is used")
+    else:
+        raise DumpError("no rank: the file has no 'rank' field and its name no rank number")
+    version = data.get("version")
+    if type(version) is not str:
+        problems.append(f"version is {short(version)}, expected text like '2.10'")
+        version = "?"
+    dump = RankDump(rank=rank, path=path, source=source, version=version)
+    _top_level(data, dump, problems)
+    entries = data.get("entries", [])
+    if not isinstance(entries, list):
+        problems.append(f"entries is {short(entries)}, expected a list; no records used")
+        entries = []
+    counted: Counter[str] = Counter()
+    if fast is not None:
+        (cols, entries), kept = fast, None
+    else:
+        cols, kept = record_columns(entries, counted)
+    mark = len(problems)
+    try:
+        _build(dump, cols, problems, entries)
+    except OverflowError:  # an integer beyond 64 bits slipped through the fast path
+        if fast is not None:
+            raise Declined from None
+        del problems[mark:]
+        dump.tracks.clear()
+        dump.p2p.clear()
+        dump.pending.clear()
+        counted.clear()
+        cols, kept = slow_columns(entries, counted)
+        _build(dump, cols, problems, entries)
+    problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
+    if end_times:
+        dump.ends = record_end_times(cols, entries, kept)
+    if kept is not None:
+        _renumber(dump, kept)
+    dump.problems = problems
+    return dump
+
+
+def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[Any]) -> None:
+    n = len(cols[R_SEQ])
+    dump.n_entries = n
+    dump.sig_keys, dump.local_sigs = [], []
+    if n == 0:
+        return
+    keys = cols[R_KEY]
+    if keys is None:  # the slow path: keys from the checked signature columns
+        fields = (cols[R_NAME], cols[R_IN], cols[R_OUT], cols[R_IDT], cols[R_ODT])
+        try:
+            keys = list(map(marshal.dumps, zip(*fields), repeat(2)))
+        except (ValueError, TypeError, RecursionError):
+            keys = [_safe_key(*v) for v in zip(*fields)]
+    uniq = dict.fromkeys(keys)
+    local = {k: i for i, k in enumerate(uniq)}
+    sid = list(map(local.__getitem__, keys))
+    sigs = [_decoded(k) for k in uniq]
+    counts = Counter(sid) if any(s.problem for s in sigs) else Counter()
+    for i, s in enumerate(sigs):
+        if s.problem:
+            problems.append(f"{counts[i]} record(s): {s.problem} (sizes not compared)")
+    dump.sig_keys, dump.local_sigs = list(uniq), sigs
+    status = list(map(add, map(STATE_BITS.__getitem__, cols[R_STATE]), cols[R_RETIRED]))
+    pg_set = set(cols[R_PG])
+    names = [pg[0] for pg in cols[R_PG]] if len(pg_set) > 1 else [cols[R_PG][0][0]] * n
+    for name, desc in sorted(pg_set):
+        dump.group_desc.setdefault(name, desc)
+    pg_pairs = set(zip(names, cols[R_PGID])) if len(pg_set) > 1 else {(names[0], cols[R_PGID][0])}
+    for name, pg_id in sorted(pg_pairs):
+        if pg_id >= 0:
+            dump.group_pg_id.setdefault(name, pg_id)
+    sig_p2p = [s.op in _P2P_OPS for s in sigs]
+    is_p2p = None
+    if any(cols[R_ISP2P]) or any(sig_p2p):
+        is_p2p = [a or sig_p2p[s] for a, s in zip(cols[R_ISP2P], sid)]
+    last_name = sigs[sid[-1]].profiling_name
+    dump.backend = last_name.partition(":")[0] if ":" in last_name else ""
+    buckets: dict[str, list[int]] = {}
+    if is_p2p is None and len(pg_set) == 1:
+        dump.tracks[names[0]] = _track(None, cols, sid, status, dump, problems)
+    else:
+        for i, name in enumerate(names):
+            if is_p2p is not None and is_p2p[i]:
+                continue
+            buckets.setdefault(name, []).append(i)
+    for name, idx in buckets.items():
+        dump.tracks[name] = _track(idx, cols, sid, status, dump, problems)
+    if is_p2p is not None:
+        for i in compress(range(n), is_p2p):
+            sig = sigs[sid[i]]
+            parsed = _p2p_parts(sig)
+            if parsed is None:
+                continue
+            peer = cols[R_PEER][i] if cols[R_PEER] is not None else _peer_of(entries[i])
+            dump.p2p.append(P2POp(
+                group=names[i], p2p_seq=cols[R_P2PSEQ][i], op=sig.op,
+                peer=peer if type(peer) is int and peer >= 0 else None,
+                local_src=parsed[0], local_dst=parsed[1], sig=sid[i], status=status[i],
+                created=cols[R_CREATED][i], index=i,
+            ))
+    seqs = cols[R_SEQ]
+    for i in _unfinished(status):
+        p2p = is_p2p is not None and is_p2p[i]
+        dump.pending.append((names[i], -1 if p2p else seqs[i], i))
+    last_p2p = is_p2p is not None and is_p2p[-1]
+    dump.last = (names[-1], -1 if last_p2p else seqs[-1], n - 1)
+    dump.first_record_id = cols[R_RECORD][0]
+    dump.first_created_ns = cols[R_CREATED][0]
+    dump.wrapped = cols[R_RECORD][0] > 0
+
+
+_PENDING_TABLE = bytes(0 if b & _DONE else 1 for b in range(256))
+
+
+def _unfinished(status: list[int]) -> list[int]:
+    """Positions whose status has no done bit (usually a handful, at the end)."""
+    flags = bytes(status).translate(_PENDING_TABLE)  # statuses are 0..15
+    out = []
+    i = flags.find(1)
+    while i >= 0:
+        out.append(i)
+        i = flags.find(1, i + 1)
+    return out
+
+
+def _renumber(dump: RankDump, kept: list[int]) -> None:
+    """Point record indices back at positions in the file after records were dropped."""
+    for track in dump.tracks.values():
+        track.index = array("l", [kept[i] if i >= 0 else -1 for i in track.index])
+    for op in dump.p2p:
+        op.index = kept[op.index]
+    dump.pending = [(g, s, kept[i]) for g, s, i in dump.pending]
+    if dump.last is not None:
+        g, s, i = dump.last
+        dump.last = (g, s, kept[i])
+
+
+_DECODED: dict[bytes, Sig] = {}
+
+
+def _decoded(key: bytes) -> Sig:
+    """:func:`decode_sig`, remembered: every rank of a job repeats the same few."""
+    sig = _DECODED.get(key)
+    if sig is None:
+        sig = decode_sig(key)
+        if len(_DECODED) < 65_536:
+            _DECODED[key] = sig
+    return sig
+
+
+def _peer_of(entry: Any) -> int | None:
+    peer = entry.get("peer") if isinstance(entry, dict) else None
+    return peer if type(peer) is int and 0 <= peer < 2**31 else None
+
+
+def _safe_key(*fields: Any) -> bytes:
+    try:
+        return sig_key(*fields)
+    except (ValueError, TypeError, RecursionError):
+        name = fields[0] if type(fields[0]) is str else "unknown"
+        return sig_key(name, None, None, None, None)
+
+
+def _p2p_parts(sig: Sig) -> tuple[int | None, int | None] | None:
+    from commscope.collectives import parse_profiling_name
+
+    if sig.op not in _P2P_OPS:
+        return None
+    parsed = parse_profiling_name(sig.profiling_name)
+    return parsed.src, parsed.dst
+
+
+def _track(idx: list[int] | None, cols: list[Any], sid: list[int], status: list[int],
+           dump: RankDump, problems: list[str]) -> Track:
+    """One group's track from the records at positions ``idx`` (``None``: all)."""
+    seq_col = cols[R_SEQ]
+    seqs = seq_col if idx is None else list(map(seq_col.__getitem__, idx))
+    if seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
+        if idx is None:
+            created = cols[R_CREATED]
+            return Track(lo=seqs[0], sig=array("l", sid), status=array("b", status),
+                         created=created if type(created) is array else array("q", created),
+                         index=range(len(sid)))
+        return Track(
+            lo=seqs[0], sig=array("l", map(sid.__getitem__, idx)),
+            status=array("b", map(status.__getitem__, idx)),
+            created=array("q", map(cols[R_CREATED].__getitem__, idx)), index=array("l", idx),
+        )
+    positions = list(range(len(sid))) if idx is None else idx
+    lo, take, sig, stat = _densify(positions, seqs, sid, status, dump, problems)
+    created = cols[R_CREATED]
+    return Track(lo=lo, sig=sig, status=stat,
+                 created=array("q", [0 if i is None else created[i] for i in take]),
+                 index=array("l", [-1 if i is None else i for i in take]))
+
+
+def _densify(idx: list[int], seqs: list[int], sid: list[int], status: list[int],
+             dump: RankDump, problems: list[str]) -> tuple[int, list[Any], array, array]:
+    by_seq: dict[int, list[int]] = {}
+    for i, s in zip(idx, seqs):
+        by_seq.setdefault(s, []).append(i)
+    ordered = sorted(by_seq)
+    start = len(ordered) - 1
+    while start > 0 and ordered[start] - ordered[start - 1] <= _MAX_GAP:
+        start -= 1
+    if start > 0:
+        dropped = sum(len(by_seq[s]) for s in ordered[:start])
+        problems.append(f"{dropped} record(s) with collective_seq_id far below the rest "
+                        f"(e.g. {ordered[0]} vs {ordered[start]}) ignored")
+        ordered = ordered[start:]
+    lo, hi = ordered[0], ordered[-1]
+    sig = array("l")
+    stat = array("b")
+    take: list[Any] = []
+    assert dump.sig_keys is not None and dump.local_sigs is not None
+    for s in range(lo, hi + 1):
+        members = by_seq.get(s)
+        if not members:
+            sig.append(GAP)
+            stat.append(0)
+            take.append(None)
+        elif len(members) == 1:
+            sig.append(sid[members[0]])
+            stat.append(status[members[0]])
+            take.append(members[0])
+        else:
+            key = coalesced_key(tuple(dump.sig_keys[sid[m]] for m in members))
+            member_ids = tuple(sid[m] for m in members)
+            try:
+                cid = dump.sig_keys.index(key)
+            except ValueError:
+                cid = len(dump.sig_keys)
+                dump.sig_keys.append(key)
+                ops = {dump.local_sigs[m].op for m in member_ids}
+                dump.local_sigs.append(Sig(
+                    profiling_name=f"coalesced({len(members)})",
+                    op=ops.pop() if len(ops) == 1 else "coalesced",
+                    input_sizes=None, output_sizes=None, input_dtypes=None,
+                    output_dtypes=None, members=member_ids,
+                ))
+            sig.append(cid)
+            st = 7
+            for m in members:
+                st &= status[m]
+            stat.append(st)
+            take.append(members[0])
+    return lo, take, sig, stat
+
+
+def finish_sigs(dump: RankDump, table: SigTable) -> None:
+    """Map the dump's local signature ids onto ``table`` and fill match-key columns."""
+    keys, local = dump.sig_keys or [], dump.local_sigs or []
+    remap: list[int] = []
+    mk_of: list[int] = []
+    for key, sig in zip(keys, local):
+        gid = table.keys.get(key)
+        if gid is None:
+            if sig.members:
+                members = tuple(remap[m] for m in sig.members)
+                sig = replace(sig, members=members)
+                parts = tuple(table.match_values[table.match_keys[m]] for m in members)
+                value = match_key(sig, parts)
+            else:
+                value = match_key(sig)
+            gid = table.add(key, sig, table.match_id(value))
+        remap.append(gid)
+        mk_of.append(table.match_keys[gid])
+    remap.append(GAP)
+    mk_of.append(GAP)
+    mapping = (tuple(remap), tuple(mk_of))
+    for track in dump.tracks.values():
+        # Most ranks hold the very same columns: convert each distinct one once and
+        # share the result (time and memory on thousands of ranks).
+        key = (mapping, track.lo, track.sig.tobytes())
+        shared = table.columns.get(key)
+        if shared is None:
+            local_ids = track.sig
+            shared = (array("l", map(remap.__getitem__, local_ids)),
+                      array("l", map(mk_of.__getitem__, local_ids)))
+            if len(table.columns) < 4096:
+                table.columns[key] = shared
+        track.sig, track.mk = shared
+    for op in dump.p2p:
+        op.sig = remap[op.sig]
+    dump.sig_keys = None
+    dump.local_sigs = None
+
