@@ -101,12 +101,12 @@ def _child(
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
         code = 1
     conn.close()
-    try:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:
-        pass
-    # Skip atexit handlers and pytest's inherited state: the parent owns those.
+    # Leave at once: the result is in, and the process groups die with the process (the
+    # kernel closes their sockets). No destroy_process_group here: on torch 2.6 it can
+    # block for good in ~ProcessGroupGloo (the main thread holds the GIL while gloo's
+    # worker threads wait for it), and a rank that reported but had not exited within the
+    # parent's join was killed and counted as failed. Skip atexit handlers and pytest's
+    # inherited state too: the parent owns those.
     os._exit(code)
 
 

@@ -76,7 +76,7 @@ def find_python(version: str) -> str | None:
 def _counts(text: str) -> Counter[str]:
     """passed/failed/skipped/error totals over every pytest summary line of ``text``."""
     total: Counter[str] = Counter()
-    for line in re.findall(r"^=+ (.*\b(?:passed|failed|errors?|skipped)\b.*) in [\d.]+s",
+    for line in re.findall(r"^=*\s*(\d+ (?:passed|failed|errors?|skipped)\b.*) in [\d.]+s",
                            text, re.M):
         for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", line):
             total["error" if word.startswith("error") else word] += int(n)

@@ -138,7 +138,7 @@ def test_pip_install_leaves_the_installed_torch_alone(tmp_path):
 
 
 _NO_TORCH_DEPS = ("numpy", "rich", "markdown_it", "mdurl", "pygments", "setuptools",
-                  "_distutils_hack")
+                  "_distutils_hack", "pkg_resources")
 
 
 def _env_without_torch(tmp_path: Path) -> Path:
