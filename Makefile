@@ -4,13 +4,13 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# torch is pinned here (the CPU build); pyproject.toml only states a lower bound.
+# torch is pinned here (the CPU build); commscope itself does not depend on torch.
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.commscope-installed
 
 .PHONY: demo test test-matrix lint bench chromium clean
 
-$(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c commscope/flight/_stack.c
+$(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c commscope/flight/record/_stack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
@@ -33,9 +33,10 @@ chromium:
 		|| echo "could not install chromium: browser tests will be skipped"; \
 	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
 
-# Not part of `make test`: the suite on Python 3.10-3.13 x torch 2.13 / 2.14.1, one
-# venv each under .venv-matrix (PyPI's torch wheels are CUDA builds: GBs of downloads).
-# Narrow it: make test-matrix MATRIX="--python 3.12 --torch 2.13.0 --suite sensitive"
+# Not part of `make test`: the suite on every torch release from 2.6 to 2.14 (Python 3.11)
+# and on 3.10 / 3.13 at both ends, one venv each under .venv-matrix, deleted after its run
+# (PyPI's torch wheels are CUDA builds: about 5.7 GB each). Narrow it:
+# make test-matrix MATRIX="--cells 3.11:2.8.0 --suite sensitive"
 test-matrix: $(STAMP)
 	$(PY) tests/matrix.py $(MATRIX)
 

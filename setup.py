@@ -4,7 +4,7 @@
 columns (about 2x faster loading). It is optional: without a C compiler the build
 goes on without it and the analyzer uses the standard unpickler, with the same results.
 
-``commscope.flight._stack`` walks the Python stack for the flight recorder in one C
+``commscope.flight.record._stack`` walks the Python stack for the flight recorder in one C
 call (Python 3.11+). Also optional: without it the recorder walks the stack in Python,
 with the same result, about 1.5 us slower per collective.
 """
@@ -19,8 +19,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "commscope.flight._stack",
-            ["commscope/flight/_stack.c"],
+            "commscope.flight.record._stack",
+            ["commscope/flight/record/_stack.c"],
             optional=True,
         ),
     ]

@@ -63,7 +63,7 @@ def _paired(iters: int, block: int, depth: int, op, busy_us: float = 0.0) -> tup
     With ``busy_us`` (the control) there is no recorder: the "on" half spins that many
     microseconds of plain Python before each op instead.
     """
-    from commscope.flight.recorder import SLOT
+    from commscope.flight.record.recorder import SLOT
 
     rec = SLOT.rec
     clock = time.perf_counter_ns
@@ -245,7 +245,7 @@ def _in_place_child(rank, world, store_path, iters, depth, numel, conn):
     ``begin`` (the record) and ``complete`` is wrapped with a clock: what the steps cost
     where they run, between gloo's threads, rather than in a hot loop.
     """
-    from commscope.flight import recorder as rec_mod
+    from commscope.flight.record import recorder as rec_mod
 
     os.environ["TORCH_FR_BUFFER_SIZE"] = "0"
     torch.set_num_threads(1)

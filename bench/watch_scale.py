@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from commscope.watch import protocol
+from commscope.flight.out import progress
 
 TOKEN = "bench-token"
 TRAIN = "/home/user/torchtitan/train.py"
@@ -54,7 +54,7 @@ FRAME_TABLE = [
 
 
 def _entry(rid: int, group: str, desc: str, seq: int, done: bool, created: int) -> list:
-    """One published record (protocol.ENTRY_FIELDS order), as the publisher writes it."""
+    """One published record (progress.ENTRY_FIELDS order), as the publisher writes it."""
     return [rid, 0, group, desc, seq, 0, "nccl:all_reduce", created, [[4096, 1024]],
             ["BFloat16"], None, None, "completed" if done else "started", done, False, None,
             False, [0, 1, 2]]
@@ -89,16 +89,16 @@ def job_records(n: int, stalled: int, now: int) -> tuple[dict[int, bytes], dict[
                 entries.append(_entry(rid, name, desc, seq, not stuck,
                                       now - int(30e9) + seq * 1000))
                 rid += 1
-        entries = entries[-protocol.RECORD_ENTRIES - 2:]
+        entries = entries[-progress.RECORD_ENTRIES - 2:]
         main = [FRAME_TABLE[3] if r == stalled else FRAME_TABLE[2]]
-        progress = {name: [desc, step, step - (1 if name == dp_name and in_stalled_dp else 0)]
-                    for name, (desc, _) in groups.items()}
-        rec = {"commscope_watch": protocol.VERSION, "rank": r, "world_size": n,
+        seqs = {name: [desc, step, step - (1 if name == dp_name and in_stalled_dp else 0)]
+                for name, (desc, _) in groups.items()}
+        rec = {"commscope_watch": progress.VERSION, "rank": r, "world_size": n,
                "interval_s": 2.0,
-               "progress": progress, "entries": entries, "frame_table": FRAME_TABLE,
+               "progress": seqs, "entries": entries, "frame_table": FRAME_TABLE,
                "commscope_threads": [{"name": "MainThread", "main": True, "frames": main}],
                "commscope_step": step}
-        records[r] = protocol.encode(rec)
+        records[r] = progress.encode(rec)
         configs[r] = json.dumps({name: {"name": name, "desc": desc,
                                         "ranks": "[]" if ranks is None else str(ranks)}
                                  for name, (desc, ranks) in groups.items()}).encode()
@@ -144,14 +144,14 @@ def run(n: int, rounds: int) -> dict:
     now = time.time_ns()
     stalled = n // 3
     records, configs = job_records(n, stalled, now)
-    tid = protocol.token_id(TOKEN)
+    tid = progress.token_id(TOKEN)
     t0 = time.perf_counter()
-    server.add(protocol.JOBS_KEY, 1)
-    server.set(protocol.meta_key(tid), json.dumps({"world_size": n, "interval_s": 2.0}))
+    server.add(progress.JOBS_KEY, 1)
+    server.set(progress.meta_key(tid), json.dumps({"world_size": n, "interval_s": 2.0}))
     for r in range(n):
-        server.set(protocol.rank_key(tid, r), records[r])
-        server.set(protocol.beat_key(tid, r), protocol.encode_beat(50, 7, now))
-        server.set(protocol.config_key(tid, r), configs[r])
+        server.set(progress.rank_key(tid, r), records[r])
+        server.set(progress.beat_key(tid, r), progress.encode_beat(50, 7, now))
+        server.set(progress.config_key(tid, r), configs[r])
     publish_s = time.perf_counter() - t0
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)

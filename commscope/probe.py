@@ -1,7 +1,7 @@
 """Prove, on the torch that is installed, that recording and tracing really work.
 
 The flight recorder and ``CommDebugMode`` reach into ``torch.distributed`` internals
-that can change in any release. Reading the code (:func:`commscope.flight.selfcheck.
+that can change in any release. Reading the code (:func:`commscope.flight.splice.selfcheck.
 check_torch`) catches a renamed function; it cannot catch a torch that still has every
 name but routes a collective past the recording group or past the dispatch mode. So
 the first :func:`commscope.flight.enable` and the first ``CommDebugMode`` of a torch
@@ -21,8 +21,10 @@ install run a throw-away job and look at what it recorded:
    sources, so later jobs (and every rank of this one: a file lock makes them wait for
    the first) pay nothing. A failing verdict is never cached.
 
-:func:`require_flight` raises :class:`~commscope.flight.selfcheck.RecorderUnsupported`
-and :func:`require_comm` raises :class:`~commscope.comm.capture.needs.CommUnsupported`, each
+This module is the parent's side, below the recorder and the tracer (it imports neither);
+the child job is :mod:`commscope.probe_job`, run by name.
+:func:`commscope.flight.splice.selfcheck.require_flight` raises ``RecorderUnsupported``
+and :func:`commscope.comm.capture.needs.require_comm` raises ``CommUnsupported``, each
 naming the torch version and what was not seen. A probe that could not run at all
 (no gloo, a child that died) is logged as an error and does not stop the job: it proves
 nothing either way. ``COMMSCOPE_SELFCHECK=0`` skips the probe.
@@ -37,13 +39,11 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-__all__ = ["ProbeResult", "probe", "require_flight", "require_comm", "SKIP_ENV", "CACHE_ENV"]
+__all__ = ["ProbeResult", "probe", "skipped", "SKIP_ENV", "CACHE_ENV", "TESTED"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +53,17 @@ CACHE_ENV = "COMMSCOPE_CACHE_DIR"
 """Where passing verdicts are kept (default ``$XDG_CACHE_HOME/commscope`` or
 ``~/.cache/commscope``)."""
 _FORMAT = 1
+JOB = "commscope.probe_job"
+"""The module the child Python runs by name (imported only there: it imports the
+recorder and the tracer, which import this module)."""
 _TIMEOUT_S = 180.0
 # Launcher variables a child must not inherit: it is a job of its own, not a rank.
 _DROP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "COMMSCOPE_WATCH_TOKEN",
              "COMMSCOPE_WATCH_FILE")
-_SOURCES = ("probe.py", "flight/install.py", "flight/backend.py", "flight/recorder.py",
-            "flight/work.py", "comm/capture/mode.py", "comm/capture/modules.py",
-            "comm/capture/registry.py")
+_SOURCES = ("probe.py", "probe_job.py", "flight/splice/install.py", "flight/splice/backend.py",
+            "flight/record/recorder.py", "flight/record/work.py", "comm/capture/mode.py",
+            "comm/capture/modules.py", "comm/capture/registry.py")
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def _run_child(timeout_s: float) -> ProbeResult:
 
     version = str(torch.__version__)
     try:
-        proc = subprocess.run([sys.executable, "-m", "commscope.probe"], env=_child_env(),
+        proc = subprocess.run([sys.executable, "-m", JOB], env=_child_env(),
                               capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -219,143 +222,10 @@ def probe(*, timeout_s: float = _TIMEOUT_S, use_cache: bool = True) -> ProbeResu
     return result
 
 
-def _skipped() -> bool:
+def skipped() -> bool:
+    """Whether ``COMMSCOPE_SELFCHECK=0`` turns the probe off (the child sets it too)."""
     return os.environ.get(SKIP_ENV, "") == "0"
 
 
-def _tested_versions() -> str:
-    return "The tested versions are listed in docs/compat.md."
-
-
-_proven: set[str] = set()
-"""The parts a passing probe has cleared in this process (checked once each)."""
-
-
-def require_flight() -> None:
-    """Raise ``RecorderUnsupported`` unless the probe saw every call recorded."""
-    if "flight" in _proven or _skipped():
-        return
-    result = probe()
-    if not result.flight_ok:
-        from commscope.flight.selfcheck import RecorderUnsupported
-
-        raise RecorderUnsupported(
-            f"commscope flight cannot record on torch {result.torch_version}: a throw-away "
-            f"one-rank job recorded nothing for {'; '.join(result.flight_missing)}. "
-            f"Nothing would be recorded, so recording was not started. {_tested_versions()}")
-    _proven.add("flight")
-
-
-def require_comm() -> None:
-    """Raise ``CommUnsupported`` unless the probe saw every collective counted."""
-    if "comm" in _proven or _skipped():
-        return
-    result = probe()
-    if not result.comm_ok:
-        from commscope.comm.capture.needs import CommUnsupported
-
-        raise CommUnsupported(
-            f"commscope.comm cannot trace on torch {result.torch_version}: a throw-away "
-            f"one-rank job's CommDebugMode missed {'; '.join(result.comm_missing)}. "
-            f"{_tested_versions()}")
-    _proven.add("comm")
-
-
-# ---------------------------------------------------------------------- the child's side
-
-
-def _flight_part(dist: Any, funcol: Any, torch: Any, tmp: str) -> tuple[list[str], Any]:
-    """Steps 1 of the module doc; returns what was not recorded and the second group."""
-    from commscope import flight
-
-    flight.enable(buffer_size=64, dump_prefix=os.path.join(tmp, "rank_"), watchdog=False,
-                  handle_signals=False, dump_on_exception=False, watch_interval_s=0)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    sub = dist.new_group([0])
-    t = torch.ones(4)
-    steps: list[tuple[str, Any, Callable[[], Any]]] = [
-        ("dist.all_reduce", None, lambda: dist.all_reduce(t)),
-        ("dist.broadcast", None, lambda: dist.broadcast(t, 0)),
-        ("dist.all_gather", None, lambda: dist.all_gather([torch.empty(4)], t)),
-        ("dist.barrier", None, lambda: dist.barrier()),
-        ("dist.all_reduce on a new_group", sub, lambda: dist.all_reduce(t, group=sub)),
-        ("functional all_reduce", sub, lambda: funcol.wait_tensor(
-            funcol.all_reduce(t, "sum", sub))),
-    ]
-    missing = []
-    for name, group, call in steps:
-        before = len(flight.snapshot(include_stack_traces=False)["entries"])
-        call()
-        entries = flight.snapshot(include_stack_traces=False)["entries"]
-        want = (group or dist.group.WORLD).group_name
-        if len(entries) <= before:
-            missing.append(name)
-        elif str(entries[-1].get("process_group", ("",))[0]) != str(want):
-            missing.append(f"{name} (recorded on the wrong group)")
-    return missing, sub
-
-
-def _comm_part(dist: Any, funcol: Any, torch: Any, group: Any) -> list[str]:
-    """Step 2 of the module doc: what ``CommDebugMode`` did not count where it ran."""
-    from commscope.comm import CommDebugMode
-
-    class Probe(torch.nn.Module):
-        def forward(self, x: Any) -> Any:
-            y = funcol.wait_tensor(funcol.all_reduce(x, "sum", group))
-            dist.all_reduce(y, group=group)
-            return y
-
-    with CommDebugMode() as mode:
-        Probe()(torch.ones(4))
-    counts = {str(k): v for k, v in mode.get_comm_counts().items()}
-    missing = []
-    if counts.get("c10d_functional.all_reduce", 0) != 1:
-        missing.append("functional all_reduce")
-    if counts.get("c10d.allreduce_", 0) != 1:
-        missing.append("dist.all_reduce")
-    fwd = mode.comm_module_counts.get("Probe", {}).get("forward", {})
-    if not missing and sum(fwd.values()) != 2:
-        missing.append("the collectives of a module's forward (counted, but not under it)")
-    return missing
-
-
-def _main() -> None:
-    """The child: run the throw-away job and print one JSON verdict."""
-    import torch
-
-    out: dict[str, Any] = {"torch_version": str(torch.__version__)}
-    try:
-        import torch.distributed as dist
-        import torch.distributed._functional_collectives as funcol
-
-    except Exception as exc:  # no torch.distributed at all: nothing to prove
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        print(json.dumps(out), flush=True)
-        return
-    group = None
-    with tempfile.TemporaryDirectory(prefix="commscope-probe-") as tmp:
-        try:
-            out["flight_missing"], group = _flight_part(dist, funcol, torch, tmp)
-        except Exception as exc:  # the recorder broke the job: that is its failure
-            out["flight_missing"] = [f"the job itself ({type(exc).__name__}: {exc})"]
-        if group is None:  # the recorder broke the job; trace on a plain one instead
-            with contextlib.suppress(Exception):
-                from commscope import flight
-
-                flight.disable()
-                if not dist.is_initialized():
-                    dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
-                                            world_size=1)
-                group = dist.group.WORLD
-        if group is not None:
-            try:
-                out["comm_missing"] = _comm_part(dist, funcol, torch, group)
-            except Exception as exc:
-                out["comm_missing"] = [f"the traced block ({type(exc).__name__}: {exc})"]
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-    print(json.dumps(out), flush=True)
-
-
-if __name__ == "__main__":
-    _main()
+TESTED = "The tested versions are listed in docs/compat.md."
+"""The sentence the refusals end with."""

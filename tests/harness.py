@@ -35,6 +35,10 @@ import torch.distributed as dist
 
 __all__ = ["RankFailure", "RankResult", "run_ranks", "fake_world"]
 
+_REPORTED = "harness/reported"
+_RELEASE = "harness/release"
+_LEAVE_MAX_S = 120.0
+
 
 class RankFailure(AssertionError):
     """A rank of a multi-rank test failed, crashed or timed out."""
@@ -67,6 +71,7 @@ def _child(
     env: dict[str, str],
     pg_timeout_s: float,
     conn: Any,
+    exit_path: str,
 ) -> None:
     os.environ.update(env)
     os.environ.update(
@@ -101,13 +106,33 @@ def _child(
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
         code = 1
     conn.close()
-    # Leave at once: the result is in, and the process groups die with the process (the
-    # kernel closes their sockets). No destroy_process_group here: on torch 2.6 it can
-    # block for good in ~ProcessGroupGloo (the main thread holds the GIL while gloo's
-    # worker threads wait for it), and a rank that reported but had not exited within the
-    # parent's join was killed and counted as failed. Skip atexit handlers and pytest's
-    # inherited state too: the parent owns those.
+    _leave_together(exit_path, world_size)
+    # The process groups die with the process (the kernel closes their sockets). No
+    # destroy_process_group: on torch 2.6 it can block for good in ~ProcessGroupGloo
+    # (the main thread holds the GIL while gloo's worker threads wait for it). Skip
+    # atexit handlers and pytest's inherited state too: the parent owns those.
     os._exit(code)
+
+
+def _leave_together(exit_path: str, world_size: int) -> None:
+    """Wait until every rank has reported, or the parent releases us (it gave up on the
+    others), before leaving.
+
+    A rank that leaves while a peer is still inside init or a collective with it closes
+    their socket with unread bytes in it: the kernel resets the connection and the peer
+    fails with "Connection reset by peer" (seen: a rank that raised at once made another
+    fail in init_process_group). Bounded, in case the parent itself is gone.
+    """
+    try:
+        store = dist.FileStore(exit_path, world_size + 1)
+        store.add(_REPORTED, 1)
+        deadline = time.monotonic() + _LEAVE_MAX_S
+        while time.monotonic() < deadline:
+            if store.add(_REPORTED, 0) >= world_size or store.check([_RELEASE]):
+                return
+            time.sleep(0.01)
+    except Exception:
+        return
 
 
 def run_ranks(
@@ -136,6 +161,8 @@ def run_ranks(
     tmp = Path(tmp_path)
     tmp.mkdir(parents=True, exist_ok=True)
     store_path = str(tmp / f"store-{os.getpid()}-{time.monotonic_ns()}")
+    exit_path = store_path + ".exit"
+    exit_store = dist.FileStore(exit_path, world_size + 1)
     child_env = dict(env or {})
     child_env["COMMSCOPE_TEST_STORE"] = store_path
     ctx = mp.get_context("fork")
@@ -146,7 +173,7 @@ def run_ranks(
         proc = ctx.Process(
             target=_child,
             args=(fn, rank, world_size, args, store_path, backend, init, child_env,
-                  pg_timeout, child_conn),
+                  pg_timeout, child_conn, exit_path),
             daemon=True,
         )
         proc.start()
@@ -184,8 +211,12 @@ def run_ranks(
         for rank in pending:
             results[rank].timed_out = True
     finally:
+        # The ranks that reported wait for the others before leaving; release them now
+        # (the rest are killed: they are late or hung).
+        with contextlib.suppress(Exception):
+            exit_store.set(_RELEASE, "1")
         for rank, proc in enumerate(procs):
-            proc.join(timeout=0 if rank in pending else 5)
+            proc.join(timeout=0 if rank in pending else 30)
             if proc.is_alive():
                 _kill(proc)
             results[rank].exitcode = proc.exitcode

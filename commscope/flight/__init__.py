@@ -23,8 +23,8 @@ from commscope.flight.api import (
     snapshot,
 )
 from commscope.flight.config import FlightConfig
-from commscope.flight.dump import FORMAT, SCHEMA_VERSION
-from commscope.flight.publish import set_step as step
+from commscope.flight.out.dump import FORMAT, SCHEMA_VERSION
+from commscope.flight.out.publish import set_step as step
 
 __all__ = [
     "FORMAT",

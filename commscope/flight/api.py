@@ -10,14 +10,13 @@ import pickle
 import threading
 from typing import Any
 
-from commscope.flight import fatal
-from commscope.flight import install as _install
 from commscope.flight.config import FlightConfig, resolve_config
-from commscope.flight.dump import Dumper, build_dump
-from commscope.flight.recorder import SLOT, Recorder
-from commscope.flight.selfcheck import check_torch
-from commscope.flight.watchdog import Watchdog
-from commscope.probe import require_flight
+from commscope.flight.out import fatal
+from commscope.flight.out.dump import Dumper, build_dump
+from commscope.flight.out.watchdog import Watchdog
+from commscope.flight.record.recorder import SLOT, Recorder
+from commscope.flight.splice import install as _install
+from commscope.flight.splice.selfcheck import check_torch, require_flight
 
 __all__ = [
     "enable",
@@ -99,7 +98,7 @@ def enable(
     ``buffer_size=0`` turns recording off, as ``TORCH_FR_BUFFER_SIZE=0`` does.
 
     Returns the settings in force. Raises ``ValueError`` for an invalid setting and
-    :class:`~commscope.flight.selfcheck.RecorderUnsupported` when the installed torch
+    :class:`~commscope.flight.splice.selfcheck.RecorderUnsupported` when the installed torch
     cannot be recorded (the message names its version and what is missing): the code
     is checked, and the first call on a torch install runs a throw-away one-rank job
     that must be recorded (:mod:`commscope.probe`; a few seconds, then cached).

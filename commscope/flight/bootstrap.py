@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     target, rest = args[0], args[1:]
 
     import commscope.flight as flight
-    from commscope.flight.selfcheck import RecorderUnsupported
+    from commscope.flight.splice.selfcheck import RecorderUnsupported
 
     try:
         flight.enable()

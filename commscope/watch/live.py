@@ -33,7 +33,7 @@ from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
 from commscope.analyze.read.extract import DumpError, extract_dump, finish_sigs
 from commscope.analyze.read.places import user_frame, user_place
 from commscope.analyze.text import frame_text, place_text, rank_list, ranks_phrase
-from commscope.watch import protocol
+from commscope.flight.out import progress
 from commscope.watch.source import Fetched
 
 __all__ = ["Thresholds", "LiveCache", "snapshot", "FORMAT"]
@@ -152,7 +152,7 @@ class LiveCache:
         version = _version(fetched, r)
         hit = self.dumps.get(r)
         if hit is None or hit[0] != version or version < 0 or r in fetched.changed:
-            hit = (version, protocol.as_dump(fetched.records[r], fetched.configs.get(r)))
+            hit = (version, progress.as_dump(fetched.records[r], fetched.configs.get(r)))
             self.dumps[r] = hit
             self.loaded.pop(r, None)
         return hit[1]

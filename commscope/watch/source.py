@@ -6,7 +6,7 @@ Algorithm (:class:`StoreSource`):
    file ``commscope run`` writes (``commscope_traces/watch.json``: address, token, world
    size). A TCPStore *client* is opened (``is_master=False``, a short timeout): watching
    never creates, changes or deletes anything the job uses.
-2. The token selects the key namespace (:func:`commscope.watch.protocol.token_id`). No
+2. The token selects the key namespace (:func:`commscope.flight.out.progress.token_id`). No
    ``meta`` key under it: if some job publishes in this store (the ``jobs`` counter),
    the token is wrong and the watcher is refused; otherwise nothing publishes here.
 3. One refresh fetches every rank's heartbeat in one round trip (``multi_get``), then,
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from commscope.watch import protocol
+from commscope.flight.out import progress
 
 __all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
            "Fetched", "Beat", "DEFAULT_WATCH_FILE"]
@@ -127,7 +127,7 @@ class StoreSource:
 
     def __init__(self, address: Address, timeout_s: float = 5.0, store: Any = None) -> None:
         self.address = address
-        self.tid = protocol.token_id(address.token)
+        self.tid = progress.token_id(address.token)
         self._timeout_s = timeout_s
         self._store = store
         self.meta: dict[str, Any] = {}
@@ -164,9 +164,9 @@ class StoreSource:
                     if attempt == attempts - 1:
                         raise WatchError(f"cannot reach the job's store at {self.address}: "
                                          f"{_short(exc)} (has the job ended?)") from None
-        meta_key = protocol.meta_key(self.tid)
+        meta_key = progress.meta_key(self.tid)
         if not self._exists([meta_key]):
-            if self._exists([protocol.JOBS_KEY]):
+            if self._exists([progress.JOBS_KEY]):
                 raise WatchError(f"refused: a commscope job publishes at {self.address}, but "
                                  "not under this token (take the token from the job's "
                                  "watch file)")
@@ -234,7 +234,7 @@ class StoreSource:
         assert self.world_size is not None
         now = time.monotonic()
         ranks = list(range(self.world_size))
-        keys = [protocol.beat_key(self.tid, r) for r in ranks]
+        keys = [progress.beat_key(self.tid, r) for r in ranks]
         present = list(range(len(keys))) if self._exists(keys) else self._present(keys)
         raw_beats = self._multi_get([keys[i] for i in present])
         bad: dict[int, str] = {}
@@ -242,8 +242,8 @@ class StoreSource:
         for i, raw in zip(present, raw_beats):
             r = ranks[i]
             try:
-                count, version, t = protocol.decode_beat(raw)
-            except protocol.RecordError as exc:
+                count, version, t = progress.decode_beat(raw)
+            except progress.RecordError as exc:
                 bad[r] = str(exc)
                 continue
             seen = self._seen.get(r)
@@ -254,13 +254,13 @@ class StoreSource:
                 quiet = now - seen[1]
             beats[r] = Beat(count, version, t, quiet)
         stale = [r for r, b in beats.items() if self._versions.get(r) != b.version]
-        values = self._multi_get([protocol.rank_key(self.tid, r) for r in stale])
+        values = self._multi_get([progress.rank_key(self.tid, r) for r in stale])
         for r, raw in zip(stale, values):
             try:
-                rec = protocol.decode(raw)
+                rec = progress.decode(raw)
                 if rec.get("rank") != r:
-                    raise protocol.RecordError(f"holds rank {rec.get('rank')!r}")
-            except protocol.RecordError as exc:
+                    raise progress.RecordError(f"holds rank {rec.get('rank')!r}")
+            except progress.RecordError as exc:
                 bad[r] = str(exc)
                 self._records.pop(r, None)
                 self._versions.pop(r, None)
@@ -278,14 +278,14 @@ class StoreSource:
         stale = []
         for r, rec in records.items():
             groups = {str(e[2]) for e in rec.get("entries", [])
-                      if isinstance(e, list) and len(e) == len(protocol.ENTRY_FIELDS)}
+                      if isinstance(e, list) and len(e) == len(progress.ENTRY_FIELDS)}
             if r not in self._configs or not groups <= self._config_groups.get(r, set()):
                 stale.append(r)
         if not stale:
             return
-        keys = [protocol.config_key(self.tid, r) for r in stale]
+        keys = [progress.config_key(self.tid, r) for r in stale]
         present = [stale[i] for i in self._present(keys)]
-        values = self._multi_get([protocol.config_key(self.tid, r) for r in present])
+        values = self._multi_get([progress.config_key(self.tid, r) for r in present])
         for r, raw in zip(present, values):
             try:
                 config = json.loads(bytes(raw).decode("utf-8"))
@@ -298,7 +298,7 @@ class StoreSource:
     def request_dump(self) -> int:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
         it next publishes); return the request's number."""
-        return int(self._call("add", self._store.add, protocol.dump_key(self.tid), 1))
+        return int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
 
 
 def _reachable_host(host: str, port: int, probe_s: float = 1.0) -> str:

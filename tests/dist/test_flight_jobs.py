@@ -365,8 +365,8 @@ def _polled_works(rank, world_size, out_dir):
     import torch.distributed as dist
 
     import commscope.flight as flight
-    from commscope.flight import groups as groups_mod
-    from commscope.flight import recorder as rec_mod
+    from commscope.flight.record import groups as groups_mod
+    from commscope.flight.record import recorder as rec_mod
     from commscope.flight.api import _state
 
     # NCCL's and XCCL's futures complete at enqueue, so their works are polled by the
@@ -443,7 +443,7 @@ def _adopted_group(rank, world_size):
 
     import commscope.flight as flight
     from commscope.flight.api import _state
-    from commscope.flight.install import adopt
+    from commscope.flight.splice.backend import adopt
 
     # split_group needs an accelerator-bound default group, so build the plain group
     # that it would return by hand (recording off), then adopt it as the split hook does.
@@ -600,7 +600,7 @@ def test_dumps_say_where_every_thread_is_and_which_exception_triggered_them(tmp_
 def test_a_signal_during_an_exception_dump_waits_for_that_dump(tmp_path):
     import signal
 
-    from commscope.flight.watchdog import Watchdog
+    from commscope.flight.out.watchdog import Watchdog
 
     class _Dumper:
         owner = None

@@ -70,7 +70,7 @@ def _check(py: Path, tmp_path: Path, expect_c: bool) -> None:
         "import importlib.util, commscope, json; "
         "print(json.dumps({'file': commscope.__file__, "
         "'fastread': importlib.util.find_spec('commscope.analyze.read._fastread') is not None, "
-        "'stack': importlib.util.find_spec('commscope.flight._stack') is not None}))")],
+        "'stack': importlib.util.find_spec('commscope.flight.record._stack') is not None}))")],
         capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     found = json.loads(probe.stdout)
     assert "site-packages" in found["file"]  # the installed copy, not the source tree

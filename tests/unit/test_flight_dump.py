@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import commscope.flight as flight
-from commscope.flight.dump import dump_path, write_atomic
+from commscope.flight.out.dump import dump_path, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = (dict, list, tuple, str, int, float, bool, type(None))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SCRIPT = """
 import os, sys
-from commscope.flight import fatal
+from commscope.flight.out import fatal
 path = fatal.arm(sys.argv[1], 3)
 print(path, flush=True)
 def stuck_in_native_code():
@@ -42,7 +42,7 @@ def test_a_clean_exit_leaves_no_file(tmp_path):
 
 
 def test_someone_elses_faulthandler_is_left_alone(tmp_path):
-    code = ("import faulthandler, sys; faulthandler.enable(); from commscope.flight import "
+    code = ("import faulthandler, sys; faulthandler.enable(); from commscope.flight.out import "
             f"fatal; print(fatal.arm({str(tmp_path / 'r_')!r}, 0))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60).stdout

@@ -18,11 +18,11 @@ import torch.distributed as dist
 import commscope.flight as flight
 from commscope import compat
 from commscope.collectives import canonical_name
-from commscope.flight.backend import RecordingProcessGroup
 from commscope.flight.config import resolve_config
-from commscope.flight.describe import nothing
-from commscope.flight.groups import GroupInfo
-from commscope.flight.recorder import SLOT, Recorder
+from commscope.flight.record.groups import GroupInfo
+from commscope.flight.record.recorder import SLOT, Recorder
+from commscope.flight.splice.backend import RecordingProcessGroup
+from commscope.flight.splice.describe import nothing
 
 
 @contextlib.contextmanager
@@ -214,7 +214,7 @@ def test_an_internal_failure_stops_recording_and_never_raises(tmp_path, fake_pg,
                 raise RuntimeError("injected failure")
 
         ring, rec.ring = rec.ring, BrokenRing()
-        with caplog.at_level(logging.ERROR, logger="commscope.flight.recorder"):
+        with caplog.at_level(logging.ERROR, logger="commscope.flight.record.recorder"):
             for _ in range(3):
                 t = torch.ones(2)
                 dist.all_reduce(t)  # must not raise
@@ -326,7 +326,7 @@ class _Opts:
 
 
 def test_eager_sync_calls_get_the_light_wrapper_the_rest_a_real_work():
-    from commscope.flight.work import TrackedWork, WaitedWork
+    from commscope.flight.record.work import TrackedWork, WaitedWork
 
     rec = _bare_recorder()
     group = _Group({"cpu": "gloo"})
@@ -373,8 +373,8 @@ def test_eager_calls_on_the_fake_backend_complete_through_either_wrapper(tmp_pat
 
 
 def test_the_c_stack_walk_matches_the_python_one(tmp_path, fake_pg):
-    from commscope.flight import recorder as rec_mod
-    from commscope.flight import stack
+    from commscope.flight.record import recorder as rec_mod
+    from commscope.flight.record import stack
 
     def deep(n, fn):
         return fn() if n == 0 else deep(n - 1, fn)

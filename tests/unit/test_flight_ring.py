@@ -7,7 +7,7 @@ import threading
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commscope.flight.ring import Ring
+from commscope.flight.record.ring import Ring
 
 
 @given(capacity=st.integers(0, 50), count=st.integers(0, 200))

@@ -13,8 +13,8 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 
 import commscope.flight as flight
-from commscope.flight import install
-from commscope.flight.selfcheck import STRICT_ENV, RecorderUnsupported, check_torch
+from commscope.flight.splice import install
+from commscope.flight.splice.selfcheck import STRICT_ENV, RecorderUnsupported, check_torch
 from tests.harness import run_ranks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

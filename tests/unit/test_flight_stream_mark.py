@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from commscope.flight.marks import StreamMark, _free_marks, release_mark, stream_mark
+from commscope.flight.record.marks import StreamMark, _free_marks, release_mark, stream_mark
 
 
 def test_a_mark_completes_and_is_reused_once_released():

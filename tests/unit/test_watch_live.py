@@ -1,6 +1,6 @@
 """The watcher's reading and reasoning, on records in an in-process store (HashStore).
 
-The records are made by the real publisher (:class:`commscope.flight.publish.Publisher`)
+The records are made by the real publisher (:class:`commscope.flight.out.publish.Publisher`)
 on a real recorder where the story needs it, and by hand where a record must be broken.
 """
 
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from commscope.watch import protocol
+from commscope.flight.out import progress
 from commscope.watch.live import Thresholds, snapshot
 from commscope.watch.source import Address, StoreSource, WatchError
 from commscope.watch.view import render
@@ -22,7 +22,7 @@ T0 = 1_800_000_000_000_000_000
 
 def _entry(seq: int, state: str, created: int, group: str = "0", op: str = "all_reduce"
            ) -> list:
-    """A published record, in protocol.ENTRY_FIELDS order (frame 0 of the table)."""
+    """A published record, in progress.ENTRY_FIELDS order (frame 0 of the table)."""
     done = state == "completed"
     return [seq, 0, group, "default_pg", seq, 0, f"gloo:{op}", created, [[4]], ["Float"],
             None, None, state, done, False, None, False, [0]]
@@ -47,19 +47,19 @@ def _record(rank: int, world: int, seqs: list[tuple[int, str]], now: int, *,
 
 def _store(records: dict[int, dict], world: int, token: str = "t", raw: dict | None = None):
     store = dist.HashStore()
-    tid = protocol.token_id(token)
-    store.add(protocol.JOBS_KEY, 1)
-    store.set(protocol.meta_key(tid), json.dumps({"world_size": world, "interval_s": 0.5}))
+    tid = progress.token_id(token)
+    store.add(progress.JOBS_KEY, 1)
+    store.set(progress.meta_key(tid), json.dumps({"world_size": world, "interval_s": 0.5}))
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
     for r, rec in records.items():
         rec = dict(rec)
         t = rec.pop("dump_time_ns")
-        store.set(protocol.rank_key(tid, r), protocol.encode(rec))
-        store.set(protocol.beat_key(tid, r), protocol.encode_beat(3, 1, t))
-        store.set(protocol.config_key(tid, r), json.dumps(config))
+        store.set(progress.rank_key(tid, r), progress.encode(rec))
+        store.set(progress.beat_key(tid, r), progress.encode_beat(3, 1, t))
+        store.set(progress.config_key(tid, r), json.dumps(config))
     for r, value in (raw or {}).items():
-        store.set(protocol.rank_key(tid, r), value)
-        store.set(protocol.beat_key(tid, r), protocol.encode_beat(3, 1, time.time_ns()))
+        store.set(progress.rank_key(tid, r), value)
+        store.set(progress.beat_key(tid, r), progress.encode_beat(3, 1, time.time_ns()))
     return store
 
 
@@ -70,7 +70,7 @@ def _source(store, token: str = "t") -> StoreSource:
 
 
 def test_a_stall_is_named_from_the_same_analysis():
-    assert len(_entry(1, "completed", 0)) == len(protocol.ENTRY_FIELDS)
+    assert len(_entry(1, "completed", 0)) == len(progress.ENTRY_FIELDS)
     now = time.time_ns()
     done = [(s, "completed") for s in range(1, 5)]
     records = {r: _record(r, 4, [*done, (5, "started")], now) for r in range(3)}
@@ -141,8 +141,8 @@ def test_a_record_from_the_real_publisher_round_trips():
     from types import SimpleNamespace
 
     from commscope.flight.config import resolve_config
-    from commscope.flight.publish import Publisher, set_step
-    from commscope.flight.recorder import Recorder
+    from commscope.flight.out.publish import Publisher, set_step
+    from commscope.flight.record.recorder import Recorder
 
     rec = Recorder(resolve_config(watch_interval_s=0.5))
     rec.global_rank, rec.world_size = 0, 1

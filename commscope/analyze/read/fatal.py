@@ -1,6 +1,6 @@
 """Read the ``.<name><rank>.fatal`` files the recorder leaves when a rank dies in C.
 
-Python's faulthandler writes them (see :mod:`commscope.flight.fatal`): a first line
+Python's faulthandler writes them (see :mod:`commscope.flight.out.fatal`): a first line
 such as ``Fatal Python error: Aborted``, then one block per thread::
 
     Thread 0x00007fbf8e3c8b80 (most recent call first):

@@ -38,9 +38,8 @@ from commscope import collectives
 from commscope.comm.capture import hooks, pipeline, registry, snapshot
 from commscope.comm.capture.counts import CommCounts
 from commscope.comm.capture.modules import BACKWARD, CHECKPOINTING, ModuleRecord, ModuleTracker
-from commscope.comm.capture.needs import torch_internal
+from commscope.comm.capture.needs import require_comm, torch_internal
 from commscope.comm.trace.model import CollectiveRecord, CommTrace
-from commscope.probe import require_comm
 
 __all__ = ["CommDebugMode"]
 

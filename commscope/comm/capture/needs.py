@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["CommUnsupported", "torch_internal"]
+from commscope import probe
+
+__all__ = ["CommUnsupported", "torch_internal", "require_comm"]
 
 
 class CommUnsupported(ImportError):
@@ -33,3 +35,21 @@ def torch_internal(path: str) -> Any:
                 "missing (CommDebugMode's hooks need it). The tested versions are listed in "
                 "docs/compat.md.") from None
     return obj
+
+
+_proven: list[bool] = []
+"""Set once a passing probe has cleared the tracer in this process."""
+
+
+def require_comm() -> None:
+    """Raise :class:`CommUnsupported` unless a throw-away job (:mod:`commscope.probe`) saw
+    every collective counted under its module; once per torch install, then cached."""
+    if _proven or probe.skipped():
+        return
+    result = probe.probe()
+    if not result.comm_ok:
+        raise CommUnsupported(
+            f"commscope.comm cannot trace on torch {result.torch_version}: a throw-away "
+            f"one-rank job's CommDebugMode missed {'; '.join(result.comm_missing)}. "
+            f"{probe.TESTED}")
+    _proven.append(True)

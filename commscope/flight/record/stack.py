@@ -2,8 +2,8 @@
 
 Each entry keeps the code object and instruction offset of the frames that issued
 its collective, innermost first; source lines are worked out only when a dump is
-written (:func:`commscope.flight.entry.line_of`). :func:`capture_stack` is the small C
-walk of ``commscope.flight._stack`` when it was built with the package (a C compiler
+written (:func:`commscope.flight.record.entry.line_of`). :func:`capture_stack` is the small C
+walk of ``commscope.flight.record._stack`` when it was built with the package (a C compiler
 and Python 3.11+), else :func:`capture_stack_py`, which returns the same list. Set
 ``COMMSCOPE_NO_C_STACK=1`` to use the Python walk.
 """
@@ -35,7 +35,7 @@ def _load_c() -> Callable[[FrameType | None, int], list[Any]] | None:
     if os.environ.get("COMMSCOPE_NO_C_STACK"):
         return None
     try:
-        from commscope.flight import _stack  # type: ignore[attr-defined]
+        from commscope.flight.record import _stack
     except ImportError:
         return None
     return _stack.capture  # type: ignore[no-any-return]

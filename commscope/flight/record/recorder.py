@@ -2,15 +2,15 @@
 
 :class:`Recorder` owns the ring, the per-group counters and the set of pending entries
 the watchdog looks at. Every method of the recording process group
-(:mod:`commscope.flight.backend`) goes through :meth:`Recorder.run`, which hands the
+(:mod:`commscope.flight.splice.backend`) goes through :meth:`Recorder.run`, which hands the
 call to the real backend and records it with :meth:`Recorder.begin` (before or just
 after the hand-over, see there) and :meth:`Recorder.issued`. Completion is learnt without
 keeping tensors alive (NCCL works excepted, see below):
 
 * gloo and most backends: the work goes back to the caller wrapped in a
-  :class:`~commscope.flight.work.WaitedWork` where torch's eager function waits for it
+  :class:`~commscope.flight.record.work.WaitedWork` where torch's eager function waits for it
   at once (``opts.asyncOp`` False), else in a
-  :class:`~commscope.flight.work.TrackedWork`; its ``wait()`` (what eager calls, FSDP
+  :class:`~commscope.flight.record.work.TrackedWork`; its ``wait()`` (what eager calls, FSDP
   and functional collectives do) or ``is_completed()`` marks the entry, and asking for
   its future (DDP, comm hooks) hangs a completion callback on that future. A callback
   on every future would make the backend's thread take the GIL after every op, which
@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from time import perf_counter_ns, time_ns
@@ -39,12 +40,12 @@ from typing import Any
 from commscope.collectives import normalize_dtype_name
 from commscope.compat import has, work_failed
 from commscope.flight.config import FlightConfig
-from commscope.flight.entry import COMPLETED, SCHEDULED, STARTED, Entry
-from commscope.flight.groups import POLLED_BACKENDS, GroupInfo
-from commscope.flight.marks import StreamMark, release_mark, stream_mark
-from commscope.flight.ring import Ring
-from commscope.flight.stack import capture_stack
-from commscope.flight.work import TrackedWork, WaitedWork
+from commscope.flight.record.entry import COMPLETED, SCHEDULED, STARTED, Entry
+from commscope.flight.record.groups import POLLED_BACKENDS, GroupInfo
+from commscope.flight.record.marks import StreamMark, release_mark, stream_mark
+from commscope.flight.record.ring import Ring
+from commscope.flight.record.stack import capture_stack
+from commscope.flight.record.work import TrackedWork, WaitedWork
 
 __all__ = ["Recorder", "SLOT", "Describe"]
 
@@ -149,6 +150,22 @@ class Recorder:
             info = GroupInfo(self.next_pg_id, name, desc, ranks, rank, backends, timeout_ms)
             self.next_pg_id += 1
             self.groups.append(info)
+        return info
+
+    def attach_group(
+        self,
+        pg: Any,
+        ranks: list[int],
+        rank: int,
+        backends: dict[str, str],
+        timeout_ms: int,
+    ) -> GroupInfo:
+        """Register recording group ``pg``; its :class:`GroupInfo` hangs on it as
+        ``_commscope_info`` (with a weak reference back to the group)."""
+        info = self.add_group(str(pg.group_name), str(pg.group_desc), ranks, rank, backends,
+                              timeout_ms)
+        pg._commscope_info = info
+        info.pg_ref = weakref.ref(pg)
         return info
 
     # ------------------------------------------------------------------ hot path
@@ -341,7 +358,7 @@ class Recorder:
         """The backend accepted the call and returned ``work``; track its completion.
 
         Returns the work to give back to the caller (the same object, or a
-        :class:`~commscope.flight.work.TrackedWork` around it).
+        :class:`~commscope.flight.record.work.TrackedWork` around it).
         """
         if e is None:
             return work

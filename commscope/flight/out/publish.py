@@ -1,7 +1,7 @@
 """A recording rank's progress record for ``commscope watch``, published in the job's store.
 
 The watchdog thread calls :meth:`Publisher.tick` on every round; every
-``watch_interval_s`` it builds a small record (:mod:`commscope.watch.protocol`) and writes
+``watch_interval_s`` it builds a small record (:mod:`commscope.flight.out.progress`) and writes
 it with its own store client (a clone of the rendezvous TCPStore, never the one the main
 thread uses), so publishing never waits behind or in front of a collective. Building a
 record takes a snapshot of the ring (the ring's lock, a few microseconds) and formats
@@ -23,10 +23,10 @@ import threading
 import time
 from typing import Any
 
-from commscope.flight.entry import COMPLETED, frame_dicts
-from commscope.flight.recorder import Recorder
-from commscope.flight.threads import walk_stack
-from commscope.watch import protocol
+from commscope.flight.out import progress
+from commscope.flight.out.threads import walk_stack
+from commscope.flight.record.entry import COMPLETED, frame_dicts
+from commscope.flight.record.recorder import Recorder
 
 __all__ = ["Publisher", "root_store", "store_address", "set_step", "TOKEN_ENV", "FILE_ENV"]
 
@@ -70,7 +70,7 @@ class Publisher:
         self.rec = rec
         self.interval_s = interval_s
         self.token = os.environ.get(TOKEN_ENV, "")
-        self.tid = protocol.token_id(self.token)
+        self.tid = progress.token_id(self.token)
         self._store: Any = None
         self._store_source: Any = None
         self._last = -1e9
@@ -103,11 +103,11 @@ class Publisher:
         if self.rec.global_rank != 0 or store is None:
             return
         try:
-            store.add(protocol.JOBS_KEY, 1)
+            store.add(progress.JOBS_KEY, 1)
             meta = {"world_size": self.rec.world_size, "interval_s": self.interval_s,
                     "dump_prefix": os.path.abspath(self.rec.config.dump_prefix),
                     "host": socket.gethostname(), "started_ns": time.time_ns()}
-            store.set(protocol.meta_key(self.tid), json.dumps(meta))
+            store.set(progress.meta_key(self.tid), json.dumps(meta))
         except Exception as exc:
             logger.debug("commscope watch: could not announce the job: %r", exc)
         self._write_file()
@@ -145,14 +145,14 @@ class Publisher:
             start = time.perf_counter()
             rank = self.rec.global_rank
             self._publish_config(store)
-            content = protocol.encode(self.record())
+            content = progress.encode(self.record())
             if content != self._last_content:
                 self._version += 1
-                store.set(protocol.rank_key(self.tid, rank), content)
+                store.set(progress.rank_key(self.tid, rank), content)
                 self._last_content = content
             self._count += 1
-            store.set(protocol.beat_key(self.tid, rank),
-                      protocol.encode_beat(self._count, self._version, time.time_ns()))
+            store.set(progress.beat_key(self.tid, rank),
+                      progress.encode_beat(self._count, self._version, time.time_ns()))
             self._look_for_dump_request(store)
             self.busy_s += time.perf_counter() - start
             return True
@@ -164,7 +164,7 @@ class Publisher:
             return False
 
     def _look_for_dump_request(self, store: Any) -> None:
-        key = protocol.dump_key(self.tid)
+        key = progress.dump_key(self.tid)
         n = int(store.add(key, 0)) if store.check([key]) else 0
         if self._dumps_seen is None:
             self._dumps_seen = n  # requests made before this rank started are old news
@@ -188,16 +188,16 @@ class Publisher:
                 # the default group is the whole world (the analyzer knows): not 24 KB a
                 # rank at 4 096 ranks
                 config[g.name] = {**config[g.name], "ranks": "[]"}
-        store.set(protocol.config_key(self.tid, self.rec.global_rank), json.dumps(config))
+        store.set(progress.config_key(self.tid, self.rec.global_rank), json.dumps(config))
         self._config_sig = sig
 
     def record(self) -> dict[str, Any]:
-        """The progress record of this rank now (see :mod:`commscope.watch.protocol`);
+        """The progress record of this rank now (see :mod:`commscope.flight.out.progress`);
         nothing in it changes while the rank stands still (no clock, no counter)."""
         rec = self.rec
         entries = rec.ring.snapshot()
         n = len(entries)
-        chosen = set(range(max(0, n - protocol.RECORD_ENTRIES), n))
+        chosen = set(range(max(0, n - progress.RECORD_ENTRIES), n))
         unfinished = [i for i in range(n) if not entries[i].retired
                       and entries[i].state != COMPLETED]
         chosen.update(unfinished[:_MAX_UNFINISHED])
@@ -218,7 +218,7 @@ class Publisher:
         out_entries = []
         for e in keep:
             refs = []
-            for frame in frame_dicts(e.frames[:2 * protocol.RECORD_FRAMES], cache):
+            for frame in frame_dicts(e.frames[:2 * progress.RECORD_FRAMES], cache):
                 at = index.get(id(frame))
                 if at is None:
                     at = index[id(frame)] = len(table)
@@ -236,7 +236,7 @@ class Publisher:
         main = threading.main_thread().ident
         frame = sys._current_frames().get(main) if main is not None else None
         return {
-            "commscope_watch": protocol.VERSION,
+            "commscope_watch": progress.VERSION,
             "rank": rec.global_rank,
             "world_size": rec.world_size,
             "pid": os.getpid(),

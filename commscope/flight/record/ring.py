@@ -1,9 +1,9 @@
-"""A bounded, thread-safe ring of :class:`~commscope.flight.entry.Entry` records.
+"""A bounded, thread-safe ring of :class:`~commscope.flight.record.entry.Entry` records.
 
 The ring is a preallocated list and a write counter: appending never allocates beyond
 the entry itself, and memory stays flat however many collectives a job issues. The
 oldest entry is overwritten once ``capacity`` entries have been written. Entries hold
-no tensors (see :mod:`commscope.flight.entry`), so neither does the ring.
+no tensors (see :mod:`commscope.flight.record.entry`), so neither does the ring.
 """
 
 from __future__ import annotations

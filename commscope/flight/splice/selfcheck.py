@@ -1,6 +1,6 @@
 """Does the recorder's splice work on the torch that is installed? Say so loudly if not.
 
-The recorder reaches into ``torch.distributed`` internals (:mod:`commscope.flight.install`);
+The recorder reaches into ``torch.distributed`` internals (:mod:`commscope.flight.splice.install`);
 on another torch they can change without notice, and a recorder that silently records
 nothing is worse than none. Two checks:
 
@@ -25,7 +25,10 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["RecorderUnsupported", "check_torch", "splice_missed", "STRICT_ENV", "REQUIRED"]
+from commscope import probe
+
+__all__ = ["RecorderUnsupported", "check_torch", "splice_missed", "require_flight",
+           "STRICT_ENV", "REQUIRED"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,3 +92,21 @@ def splice_missed(group: Any) -> None:
     if os.environ.get(STRICT_ENV, "") not in ("", "0"):
         raise RecorderUnsupported(text + f"; {STRICT_ENV}=1 stops here.")
     logger.error("%s.", text)
+
+
+_proven: list[bool] = []
+"""Set once a passing probe has cleared the recorder in this process."""
+
+
+def require_flight() -> None:
+    """Step 3: raise :class:`RecorderUnsupported` unless a throw-away job
+    (:mod:`commscope.probe`) saw every call recorded; once per torch install, then cached."""
+    if _proven or probe.skipped():
+        return
+    result = probe.probe()
+    if not result.flight_ok:
+        raise RecorderUnsupported(
+            f"commscope flight cannot record on torch {result.torch_version}: a throw-away "
+            f"one-rank job recorded nothing for {'; '.join(result.flight_missing)}. "
+            f"Nothing would be recorded, so recording was not started. {probe.TESTED}")
+    _proven.append(True)

@@ -37,10 +37,10 @@ import time
 from types import FrameType
 from typing import Any
 
-from commscope.flight import fatal
-from commscope.flight.dump import Dumper
-from commscope.flight.publish import Publisher, root_store
-from commscope.flight.recorder import Recorder
+from commscope.flight.out import fatal
+from commscope.flight.out.dump import Dumper
+from commscope.flight.out.publish import Publisher, root_store
+from commscope.flight.record.recorder import Recorder
 
 __all__ = ["Watchdog", "REQUEST_COUNT_KEY", "request_key"]
 

@@ -6,7 +6,7 @@ Every group torch creates goes through ``distributed_c10d._new_process_group_hel
 ``ProcessGroup(store, rank, size)`` and then registers the real backends on it. While
 recording is enabled we wrap the helper so that, for the length of the call, the name
 ``ProcessGroup`` inside ``distributed_c10d`` answers construction with a
-:class:`~commscope.flight.backend.RecordingProcessGroup` and every ``isinstance`` /
+:class:`~commscope.flight.splice.backend.RecordingProcessGroup` and every ``isinstance`` /
 ``issubclass`` question exactly as the real class does. Torch then finishes the job
 itself: backends, name, description, registry, default group. No backend object is
 replaced and the group's identity never changes afterwards.
@@ -17,7 +17,8 @@ Two more patches keep behaviour identical for recording groups:
   recording group on a backend that coalesces (NCCL) we run the same coalescing path,
   and for every group we mark the batch so its p2p ops share one ``p2p_seq_id``;
 * ``ProcessGroup.split_group`` (NCCL splitting) returns a plain group built in C++;
-  :func:`adopt` re-registers its backends on a recording group.
+  :func:`commscope.flight.splice.backend.adopt` re-registers its backends on a recording
+  group.
 """
 
 from __future__ import annotations
@@ -25,21 +26,18 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-import weakref
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commscope.compat import backend_name, has
-from commscope.flight.backend import RecordingProcessGroup
-from commscope.flight.groups import GroupInfo
-from commscope.flight.recorder import SLOT, Recorder
-from commscope.flight.selfcheck import splice_missed
+from commscope.flight.record.recorder import SLOT
+from commscope.flight.splice.backend import RecordingProcessGroup, timeout_ms
+from commscope.flight.splice.selfcheck import splice_missed
 
-__all__ = ["install", "uninstall", "installed", "adopt", "register_group"]
+__all__ = ["install", "uninstall", "installed", "attach_inner", "existing_groups"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +63,6 @@ class _FactoryMeta(type):
 
 class _ProcessGroupFactory(metaclass=_FactoryMeta):
     """Stands in for ``ProcessGroup`` inside ``distributed_c10d`` during group creation."""
-
-
-def _timeout_ms(timeout: Any) -> int:
-    if isinstance(timeout, timedelta):
-        return int(timeout.total_seconds() * 1000)
-    return int(c10d.default_pg_timeout.total_seconds() * 1000)
 
 
 def _backend_map(backend: Any) -> dict[str, str]:
@@ -108,21 +100,6 @@ def attach_inner(pg: Any, store: Any) -> None:
     pg._commscope_inner = inner
 
 
-def register_group(
-    rec: Recorder,
-    pg: Any,
-    ranks: list[int],
-    rank: int,
-    backends: dict[str, str],
-    timeout_ms: int,
-) -> GroupInfo:
-    """Attach a :class:`GroupInfo` to a recording group and register it with ``rec``."""
-    info = rec.add_group(str(pg.group_name), str(pg.group_desc), ranks, rank, backends, timeout_ms)
-    pg._commscope_info = info
-    info.pg_ref = weakref.ref(pg)
-    return info
-
-
 def _patched_helper(*args: Any, **kwargs: Any) -> Any:
     original = _originals["_new_process_group_helper"]
     rec = SLOT.rec
@@ -146,13 +123,12 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
             is_default = not ranks
             if is_default:
                 ranks = list(range(int(bound["group_size"])))
-            register_group(
-                rec,
+            rec.attach_group(
                 pg,
                 ranks,
                 group_rank,
                 _backend_map(bound.get("backend")),
-                _timeout_ms(bound.get("timeout")),
+                timeout_ms(bound.get("timeout")),
             )
             if is_default:
                 rec.global_rank = group_rank
@@ -196,43 +172,6 @@ def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
         return original(p2p_op_list)
     finally:
         info.batch_p2p_seq = None
-
-
-def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any = None) -> Any:
-    """A recording group that serves through the backends of an existing plain group.
-
-    Used for groups torch builds in C++ (``split_group``). Returns ``pg`` unchanged
-    (and logs why) when it cannot be adopted.
-    """
-    try:
-        new = RecordingProcessGroup(pg.rank(), pg.size())
-        default_name = str(pg.name()).lower()
-        for device in pg._device_types:
-            backend = pg._get_backend(device)
-            name = backend_name(backend, default_name)
-            kind = dist.Backend.backend_type_map.get(name, _REAL_PG.BackendType.CUSTOM)
-            new._register_backend(device, kind, backend)
-        new._set_default_backend(
-            dist.Backend.backend_type_map.get(default_name, _REAL_PG.BackendType.CUSTOM)
-        )
-        if pg.bound_device_id is not None:
-            new.bound_device_id = pg.bound_device_id
-        new._set_group_name(pg.group_name)
-        new._set_group_desc(pg.group_desc)
-        new._commscope_inner = pg
-        register_group(
-            rec,
-            new,
-            list(ranks) if ranks is not None else list(range(pg.size())),
-            pg.rank(),
-            {str(d.type): backend_name(pg._get_backend(d), default_name)
-             for d in pg._device_types},
-            _timeout_ms(timeout),
-        )
-        return new
-    except Exception as exc:
-        logger.warning("commscope flight: cannot record split group %r: %r", pg, exc)
-        return pg
 
 
 def install() -> None:

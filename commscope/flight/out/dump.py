@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 from commscope import __version__
-from commscope.flight.entry import COMPLETED, entry_to_dict
-from commscope.flight.recorder import Recorder
-from commscope.flight.threads import exception_record, thread_stacks
+from commscope.flight.out.threads import exception_record, thread_stacks
+from commscope.flight.record.entry import COMPLETED, entry_to_dict
+from commscope.flight.record.recorder import Recorder
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -2,7 +2,7 @@
  *
  * capture(frame, limit) returns [code, offset, code, offset, ...] for `frame` and the
  * frames that called it, innermost first, at most `limit` frames: the same flat list
- * commscope.flight.stack.capture_stack_py builds with f_code, f_lasti and f_back.
+ * commscope.flight.record.stack.capture_stack_py builds with f_code, f_lasti and f_back.
  * Only public C API is used (PyFrame_GetCode, PyFrame_GetLasti, PyFrame_GetBack,
  * Python 3.11+); every reference taken is released on every path.
  */

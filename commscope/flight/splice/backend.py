@@ -1,13 +1,13 @@
 """The recording process group: a ``torch.distributed.ProcessGroup`` that notes every call.
 
 :class:`RecordingProcessGroup` is what ``init_process_group`` and ``new_group`` build
-while recording is enabled (see :mod:`commscope.flight.install`). The real backends
+while recording is enabled (see :mod:`commscope.flight.splice.install`). The real backends
 (gloo, nccl, fake, ...) are registered on it exactly as on a plain group, so names,
 descriptions, ``_get_backend``, bound devices and the group registry are untouched.
 Each collective method hands the call to a plain twin group, which goes through the
 ``c10d`` dispatcher to the real backend as before, and records an entry: before handing
 it over where that can block (NCCL), just after where the backend only enqueues (gloo);
-see :meth:`commscope.flight.recorder.Recorder.run`.
+see :meth:`commscope.flight.record.recorder.Recorder.run`.
 
 Every road into a group passes through these methods, checked on torch 2.13:
 
@@ -31,13 +31,17 @@ pybind recognises that frame and runs the base implementation instead of recursi
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
-from commscope.compat import has
-from commscope.flight.describe import (
+from commscope.compat import backend_name, has
+from commscope.flight.record.recorder import SLOT, Recorder
+from commscope.flight.splice.describe import (
     any_source,
     arg,
     gather_like,
@@ -47,9 +51,10 @@ from commscope.flight.describe import (
     p2p,
     scatter_like,
 )
-from commscope.flight.recorder import SLOT
 
-__all__ = ["RecordingProcessGroup"]
+__all__ = ["RecordingProcessGroup", "adopt", "timeout_ms"]
+
+logger = logging.getLogger(__name__)
 
 _PG = dist.ProcessGroup
 _NEW_NAMES = has("pg_single_tensor_names")
@@ -96,7 +101,8 @@ class RecordingProcessGroup(_PG):
     collective with the GIL held (pybind's trampoline takes it), which deadlocks gloo:
     its worker thread may need the GIL to release a tensor while holding the queue
     lock that the next call waits for. The plain group's bindings release the GIL
-    exactly as an unrecorded group does. Set by :func:`commscope.flight.install.attach_inner`.
+    exactly as an unrecorded group does. Set by
+    :func:`commscope.flight.splice.install.attach_inner`.
     """
 
     def __init__(self, *args: Any) -> None:
@@ -430,13 +436,57 @@ class RecordingProcessGroup(_PG):
     if has("pg_split_group"):  # torch 2.9+; before, a plain group has none either
 
         def split_group(self, *args: Any, **kwargs: Any) -> Any:
-            """Split as torch does; the new group is recorded too (see ``install.adopt``)."""
+            """Split as torch does; the new group is recorded too (see :func:`adopt`)."""
             new = (self._commscope_inner or _Base(self)).split_group(*args, **kwargs)
             rec = SLOT.rec
             info = getattr(self, "_commscope_info", None)
             if new is None or rec is None or info is None:
                 return new
-            from commscope.flight.install import adopt
-
             ranks = [info.ranks[r] for r in sorted(arg(args, kwargs, 0, "ranks") or [])]
             return adopt(new, rec, ranks or None, arg(args, kwargs, 1, "timeout"))
+
+
+# ------------------------------------------------------------ groups built in C++
+
+
+def timeout_ms(timeout: Any) -> int:
+    """A group's timeout in ms (torch's default group timeout when none was given)."""
+    if isinstance(timeout, timedelta):
+        return int(timeout.total_seconds() * 1000)
+    return int(c10d.default_pg_timeout.total_seconds() * 1000)
+
+
+def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any = None) -> Any:
+    """A recording group that serves through the backends of an existing plain group.
+
+    Used for groups torch builds in C++ (``split_group``). Returns ``pg`` unchanged
+    (and logs why) when it cannot be adopted.
+    """
+    try:
+        new = RecordingProcessGroup(pg.rank(), pg.size())
+        default_name = str(pg.name()).lower()
+        for device in pg._device_types:
+            backend = pg._get_backend(device)
+            name = backend_name(backend, default_name)
+            kind = dist.Backend.backend_type_map.get(name, _PG.BackendType.CUSTOM)
+            new._register_backend(device, kind, backend)
+        new._set_default_backend(
+            dist.Backend.backend_type_map.get(default_name, _PG.BackendType.CUSTOM)
+        )
+        if pg.bound_device_id is not None:
+            new.bound_device_id = pg.bound_device_id
+        new._set_group_name(pg.group_name)
+        new._set_group_desc(pg.group_desc)
+        new._commscope_inner = pg
+        rec.attach_group(
+            new,
+            list(ranks) if ranks is not None else list(range(pg.size())),
+            pg.rank(),
+            {str(d.type): backend_name(pg._get_backend(d), default_name)
+             for d in pg._device_types},
+            timeout_ms(timeout),
+        )
+        return new
+    except Exception as exc:
+        logger.warning("commscope flight: cannot record split group %r: %r", pg, exc)
+        return pg
