@@ -9,7 +9,7 @@ Usage (from the repository root)::
 Every rank calls ``commscope.flight.enable(...)`` before ``init_process_group``. In the
 hangs the recorder's own watchdog notices the stuck collective after ``timeout_s``,
 dumps, and asks every other rank (through the store) to dump too; the scenarios that do
-not hang call ``commscope.flight.dump()``. A rank leaves (``os._exit``) once every
+not hang call ``commscope.flight.out.dump()``. A rank leaves (``os._exit``) once every
 expected file exists. Unlike PyTorch's gloo recorder, ours records p2p ops and timings,
 so ``p2p_unmatched`` and ``straggler`` come from real jobs here.
 

@@ -52,7 +52,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import commscope.flight as flight  # noqa: E402
-from commscope.flight.dump import write_atomic  # noqa: E402
+from commscope.flight.out.dump import write_atomic  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "scenarios"
 TIMEOUT_S = 1.0
@@ -689,7 +689,7 @@ def _native_bytes() -> bytes:
 
 def _also_native(native_dir: Path, rank: int) -> None:
     """Every commscope dump of this rank also writes PyTorch's native dump."""
-    dump_module = sys.modules["commscope.flight.dump"]
+    dump_module = sys.modules["commscope.flight.out.dump"]
     original = dump_module.Dumper.dump
 
     def dump(self: Any, reason: str, *args: Any, **kwargs: Any) -> str:
