@@ -39,6 +39,8 @@ __all__ = [
     "TorchMissing",
     "TorchTooOld",
     "backend_name",
+    "clear_mesh_groups",
+    "drop_mesh_dim_names",
     "has",
     "markdown_table",
     "mesh_group_names",
@@ -294,7 +296,9 @@ DIFFERENCES: dict[str, Difference] = {d.key: d for d in (
         "init_device_mesh_backend_override", "2.9",
         "``init_device_mesh(..., backend_override=...)`` and ``_flatten(name, "
         "backend_override)``",
-        "commscope's ``init_device_mesh`` takes ``backend_override`` on every release",
+        "commscope's ``init_device_mesh`` and ``unflatten``/``_unflatten`` take "
+        "``backend_override`` on every release; ``_flatten(name, backend_override)`` is "
+        "torch's own and raises TorchTooOld there",
         _mesh_backend_override),
     Difference(
         "functional_batch_p2p", "2.12",
@@ -456,6 +460,27 @@ def mesh_group_names(mesh: Any) -> list[str | None]:
         return list(names)
     infos = getattr(mesh, "_dim_group_infos", None) or ()
     return [info[2] if len(info) > 2 else None for info in infos]
+
+
+def clear_mesh_groups(mesh: Any) -> None:
+    """Give a torch ``DeviceMesh`` made with ``_init_backend=False`` an empty list of
+    groups, as torch's own mesh has on a rank outside it (any release)."""
+    if has("mesh_dim_group_names"):
+        mesh._dim_group_names = []
+    else:
+        mesh._dim_group_infos = []
+
+
+def drop_mesh_dim_names(mesh: Any) -> None:
+    """Make a torch ``DeviceMesh`` unnamed (``mesh_dim_names`` is ``None``), which
+    ``from_group`` cannot make of several groups (an attribute in older releases, a
+    property over ``_mesh_dim_names`` in newer ones)."""
+    if "_mesh_dim_names" in vars(mesh):
+        mesh._mesh_dim_names = None
+    else:
+        mesh.mesh_dim_names = None
+    if getattr(mesh, "_hash", None) is not None:
+        mesh._hash = None
 
 
 def backend_name(backend: Any, default: str) -> str:

@@ -41,9 +41,11 @@ loss = model(torch.randn(4, 10)).sum()
 loss.backward()
 torch.optim.SGD(model.parameters(), lr=0.01).step()
 
-# FSDP2: fully_shard on a 2-D mesh is HSDP (replicate over dim 0, shard over dim 1).
+# FSDP2: fully_shard on a 2-D mesh is HSDP (replicate over dim 0, shard over dim 1). It
+# needs the axes named (torch's FSDP2 refuses an unnamed 2-D mesh, whichever mesh it is).
+hsdp_mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("replicate", "shard"))
 model2 = ToyModel()
-fully_shard(model2, mesh=mesh_2d)
+fully_shard(model2, mesh=hsdp_mesh)
 loss2 = model2(torch.randn(4, 10)).sum()
 loss2.backward()
 torch.optim.SGD(model2.parameters(), lr=0.01).step()

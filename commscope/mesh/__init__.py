@@ -1,9 +1,13 @@
 """Device meshes: n-dimensional named layouts of ranks over ``torch.distributed`` groups.
 
+* :class:`MeshError` and its kinds (``errors.py``) — every mesh error, also an
+  instance of the exception type torch raises for the same mistake.
 * :class:`MeshLayout` (``layout.py``) — pure arithmetic: coordinates, groups, slices,
   flattening; plans a million ranks with no processes.
 * :func:`init_device_mesh` / :class:`DeviceMesh` (``device_mesh.py``) — the layout plus
-  this rank's process groups; a torch ``DeviceMesh`` that FSDP and DTensor accept.
+  this rank's process groups; a torch ``DeviceMesh`` that FSDP and DTensor accept, and
+  a drop-in for torch's own. Its slices and flattened and unflattened views are made in
+  ``reshape.py``, its groups in ``groups.py``.
 * :func:`plan_mesh` (``plan.py``) — what ``commscope mesh`` prints.
 * ``topology.py`` — hosts and whether each axis stays inside one.
 
@@ -16,7 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commscope.mesh.describe import describe_mesh
-from commscope.mesh.layout import MeshError, MeshLayout
+from commscope.mesh.errors import MeshError, MeshIndexError, MeshKeyError, MeshRuntimeError
+from commscope.mesh.layout import MeshLayout
 from commscope.mesh.plan import MeshPlan, format_plan, plan_mesh
 from commscope.mesh.topology import AxisLocality, axis_locality
 
@@ -29,8 +34,11 @@ __all__ = [
     "DeviceMesh",
     "MeshDisagreement",
     "MeshError",
+    "MeshIndexError",
+    "MeshKeyError",
     "MeshLayout",
     "MeshPlan",
+    "MeshRuntimeError",
     "axis_locality",
     "describe_mesh",
     "format_plan",

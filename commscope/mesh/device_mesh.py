@@ -10,15 +10,17 @@ they all asked for the same mesh, so a mismatch is an error instead of a hang.
 
 The mesh *is* a ``torch.distributed.device_mesh.DeviceMesh`` (a subclass, built from
 the groups with torch's public ``DeviceMesh.from_group``), so FSDP1, FSDP2 (HSDP),
-DTensor and tensor parallelism take it as it is. ``to_torch()`` gives a plain torch
-mesh over the same groups for code that insists on the exact class.
+DTensor and tensor parallelism take it as it is, and torch's own API works on it as on
+torch's: the constructor ``DeviceMesh(device_type, mesh_tensor)``, ``backend_override``,
+unnamed meshes, meshes smaller than the job, and torch's exception types
+(:mod:`commscope.mesh.errors`). ``to_torch()`` gives a plain torch mesh over the same
+groups for code that insists on the exact class.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -30,7 +32,25 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
 
 from commscope.mesh.agreement import check_ranks_agree
-from commscope.mesh.layout import MeshError, MeshLayout
+from commscope.mesh.errors import (
+    MeshError,
+    MeshIndexError,
+    MeshKeyError,
+    MeshRuntimeError,
+)
+from commscope.mesh.groups import (
+    DEFAULT_SPEC,
+    BackendSpec,
+    GroupCreation,
+    backend_name,
+    choose_creation,
+    create_axis_group,
+    normalize_backend_override,
+    set_cuda_device,
+    torch_view,
+)
+from commscope.mesh.layout import MeshLayout, format_shape
+from commscope.mesh.reshape import MeshReshapes
 from commscope.mesh.topology import (
     AxisLocality,
     axis_locality,
@@ -42,12 +62,8 @@ __all__ = ["DeviceMesh", "init_device_mesh", "GroupCreation"]
 
 logger = logging.getLogger(__name__)
 
-GroupCreation = Literal["auto", "local", "all"]
-"""How groups are created: ``local`` (members only), ``all`` (every rank calls
-``new_group`` for every group, PyTorch's way) or ``auto`` (local where the backend
-allows it)."""
-
 _DEFAULT_CHECK_TIMEOUT = timedelta(minutes=10)
+_warned_partial: set[tuple[int, int]] = set()
 
 
 def _check_device_type(device_type: object) -> str:
@@ -55,72 +71,56 @@ def _check_device_type(device_type: object) -> str:
         hint = ""
         if isinstance(device_type, str) and ":" in device_type:
             hint = f"; pass {device_type.split(':')[0]!r} (torch.device({device_type!r}).type)"
-        raise MeshError(
-            f"device_type must be a device type such as 'cpu' or 'cuda', got {device_type!r}{hint}"
+        raise MeshRuntimeError(
+            "Device type with index is not supported: device_type must be a device type "
+            f"such as 'cpu' or 'cuda', got {device_type!r}{hint}"
         )
     return device_type
 
 
-def _backend_name() -> str:
-    try:
-        return str(dist.get_backend()).lower()
-    except Exception:  # a custom backend without a name
-        return ""
+def _check_size(layout: MeshLayout, world: int) -> None:
+    """A mesh bigger than the job is refused (as torch); a smaller one leaves the other
+    ranks out of it (as torch), which is said once per shape."""
+    if layout.world_size > world:
+        raise MeshRuntimeError(
+            f"Mesh should not be bigger than default world size {world}: "
+            f"{format_shape(layout.shape, layout.names)} = {layout.world_size} != world size "
+            f"{world}: the mesh shape must multiply to the number of ranks; change the shape "
+            f"or launch {layout.world_size} ranks"
+        )
+    if layout.world_size < world and (layout.world_size, world) not in _warned_partial:
+        _warned_partial.add((layout.world_size, world))
+        logger.warning(
+            "init_device_mesh: %s = %d < world size %d: ranks %d..%d are not in this mesh "
+            "(as in torch: their get_coordinate() is None and they hold no group of it)",
+            format_shape(layout.shape, layout.names), layout.world_size, world,
+            layout.world_size, world - 1,
+        )
 
 
-def _choose_creation(requested: GroupCreation) -> Literal["local", "all"]:
-    env = os.environ.get("COMMSCOPE_MESH_GROUPS", "").strip().lower()
-    choice = env if env in ("local", "all") else requested
-    if choice not in ("auto", "local", "all"):
-        raise MeshError(f"group_creation must be 'auto', 'local' or 'all', got {requested!r}")
-    if choice != "auto":
-        return choice  # type: ignore[return-value]
-    if _backend_name() == "mpi":
-        return "all"  # MPI cannot create groups with member-only synchronisation
-    if getattr(getattr(dist, "config", None), "use_torchcomms", False):
-        return "all"  # torchcomms turns new_group into a world-collective split
-    return "local"
-
-
-def _set_cuda_device(device_type: str) -> None:
-    if device_type != "cuda" or not torch.cuda.is_available():
-        return
-    if torch.cuda.is_initialized() and torch.cuda.current_device() != 0:
-        return
-    local = os.environ.get("LOCAL_RANK")
-    index = int(local) if local is not None else dist.get_rank() % torch.cuda.device_count()
-    torch.cuda.set_device(index)
+def _override_summary(specs: tuple[BackendSpec, ...]) -> list[str | None] | None:
+    """What the ranks must agree on about ``backend_override`` (JSON-able)."""
+    if all(s == DEFAULT_SPEC for s in specs):
+        return None
+    return [None if s == DEFAULT_SPEC else f"{s[0]}+{'options' if s[1] else ''}" for s in specs]
 
 
 def _create_groups(
     layout: MeshLayout,
-    rank: int,
     creation: Literal["local", "all"],
     timeout: timedelta | None,
-    backend: str | None,
+    specs: tuple[BackendSpec, ...],
 ) -> list[Any]:
     """Create (or reuse) this rank's group along every axis of a root layout."""
     groups = []
+    world = dist.get_world_size()
     for i, name in enumerate(layout.names):
-        desc = f"mesh_{name}"
-        if layout.covers_world(i) and backend is None:
+        if specs[i] == DEFAULT_SPEC and layout.shape[i] == world:
             groups.append(dist.distributed_c10d._get_default_group())
             continue
-        if creation == "local":
-            pg = dist.new_group(
-                layout.group(rank, i),
-                timeout=timeout,
-                backend=backend,
-                use_local_synchronization=True,
-                group_desc=desc,
-            )
-        else:
-            pg = None
-            for row in layout.all_groups(i).tolist():
-                created = dist.new_group(row, timeout=timeout, backend=backend, group_desc=desc)
-                if rank in row:
-                    pg = created
-        groups.append(pg)
+        groups.append(create_axis_group(
+            layout, i, creation, desc=f"mesh_{name}", spec=specs[i], timeout=timeout
+        ))
     return groups
 
 
@@ -129,6 +129,7 @@ def init_device_mesh(
     mesh_shape: Sequence[int] | int,
     *,
     mesh_dim_names: Sequence[str] | None = None,
+    backend_override: Mapping[int | str, Any] | None = None,
     timeout: timedelta | None = None,
     backend: str | None = None,
     group_creation: GroupCreation = "auto",
@@ -138,11 +139,16 @@ def init_device_mesh(
 
     Args:
         device_type: ``"cpu"``, ``"cuda"``, … (a type, not ``"cuda:0"``).
-        mesh_shape: axis sizes; their product must be the world size.
-        mesh_dim_names: one unique name per axis (default ``dim_0``, ``dim_1``, …).
+        mesh_shape: axis sizes; their product is the world size (a smaller product
+            leaves the other ranks out of the mesh, as torch does, and says so).
+        mesh_dim_names: one unique name per axis; without names (as in torch) the
+            mesh cannot be sliced by name, and its axes show as ``dim_0``, ``dim_1``.
+        backend_override: torch's per-axis backend choice, by axis index or name: a
+            backend name, its options, or ``(name, options)``; those axes get a group of
+            their own even where the default group would do.
         timeout: timeout of the new groups, and of the check that all ranks agree
             (default: the groups get torch's default; the check waits 10 minutes).
-        backend: backend of the new groups (default: the default group's).
+        backend: backend of every new group (default: the default group's).
         group_creation: ``"auto"`` (member-only creation where the backend allows it),
             ``"local"`` or ``"all"`` (PyTorch's way). ``COMMSCOPE_MESH_GROUPS`` overrides.
         ranks_per_host: for the locality check (default ``LOCAL_WORLD_SIZE``).
@@ -153,27 +159,37 @@ def init_device_mesh(
     """
     device_type = _check_device_type(device_type)
     shape = (mesh_shape,) if isinstance(mesh_shape, int) else tuple(mesh_shape)
-    names = tuple(mesh_dim_names) if mesh_dim_names is not None else None
+    names = None
+    if mesh_dim_names is not None:
+        names = mesh_dim_names if isinstance(mesh_dim_names, str) else tuple(mesh_dim_names)
+    layout = MeshLayout.create(shape, names)
+    specs = normalize_backend_override(
+        dict(backend_override) if backend_override is not None else None, layout.ndim, names
+    )
+    if backend is not None:
+        specs = tuple((b or backend, o) for b, o in specs)
     if not dist.is_initialized():
         logger.info("init_device_mesh: initialising the default process group from env://")
         dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
-    if world > 1 and _backend_name() != "fake":
+    _check_size(layout, world)
+    if world > 1 and backend_name() != "fake":
+        request = {"shape": list(shape), "names": list(names) if names else None,
+                   "device": device_type}
+        if _override_summary(specs) is not None:
+            request["backend_override"] = _override_summary(specs)
         check_ranks_agree(
-            dist.distributed_c10d._get_default_store(),
-            rank,
-            world,
-            {"shape": list(shape), "names": list(names) if names else None, "device": device_type},
+            dist.distributed_c10d._get_default_store(), rank, world, request,
             timeout or _DEFAULT_CHECK_TIMEOUT,
         )
-    layout = MeshLayout.create(shape, names, world_size=world)
-    _set_cuda_device(device_type)
-    creation = _choose_creation(group_creation)
-    groups = _create_groups(layout, rank, creation, timeout, backend)
+    set_cuda_device(device_type)
+    creation = choose_creation(group_creation)
+    groups = _create_groups(layout, creation, timeout, specs)
     per_host = ranks_per_host or ranks_per_host_from_env(world)
     if per_host < world:
         warn_fast_axes_crossing_hosts(axis_locality(layout, per_host), per_host, world)
-    mesh = DeviceMesh._root_from_groups(device_type, layout, groups, per_host)
+    tm = torch_view(device_type, layout, groups, names)
+    mesh = DeviceMesh._adopt(tm, layout, None, groups, per_host, named=names is not None)
     mesh._cs_creation = creation
     return mesh
 
@@ -192,7 +208,11 @@ def _resolve_group(name: str | None) -> Any:
         return None
 
 
-class DeviceMesh(TorchDeviceMesh):
+_PRIVATE_INIT = ("_layout", "_rank_map", "_root_mesh", "_rank")
+"""torch's private constructor arguments: a mesh made with them stays torch's alone."""
+
+
+class DeviceMesh(MeshReshapes):
     """An n-D named mesh of ranks with this rank's process group along each axis.
 
     A ``torch.distributed.device_mesh.DeviceMesh`` as far as torch is concerned (FSDP,
@@ -202,27 +222,90 @@ class DeviceMesh(TorchDeviceMesh):
     has; ``layout`` holds the pure arithmetic; ``describe()`` draws the grid with hosts;
     ``to_torch()`` gives a plain torch mesh over the same groups.
 
-    Create it with :func:`init_device_mesh` (or :meth:`from_torch`), not directly.
+    Make one with :func:`init_device_mesh`, :meth:`from_torch`, or torch's constructor
+    ``DeviceMesh(device_type, mesh)``, which runs as torch's does (every rank creates
+    every group); a mesh tensor of the ranks ``0..n-1`` in row-major order
+    (``torch.arange(8).reshape(2, 4)``) gets commscope's additions too, any other one
+    (a permutation, ranks not from 0) is torch's mesh alone.
     """
 
-    _cs_layout: MeshLayout
-    _cs_root: DeviceMesh | None
-    _cs_flat: dict[str, DeviceMesh]
-    _cs_groups: list[Any]
-    _cs_ranks_per_host: int
     _cs_torch: TorchDeviceMesh | None
-    _cs_base: DeviceMesh | None
-    _cs_known: dict[tuple[int, ...], Any]
-    _cs_unflat: dict[MeshLayout, DeviceMesh]
-    _cs_creation: Literal["local", "all"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "create a commscope DeviceMesh with commscope.mesh.init_device_mesh(...) "
-            "or DeviceMesh.from_torch(torch_mesh)"
-        )
+    def __init__(self, device_type: str, mesh: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Torch's constructor, unchanged (``DeviceMesh("cuda", torch.arange(8).view(2, 4),
+        mesh_dim_names=("dp", "tp"))``), then commscope's additions where the mesh is the
+        ranks ``0..n-1`` in row-major order."""
+        self._cs_clear()
+        super().__init__(device_type, mesh, *args, **kwargs)
+        self._cs_adopt_constructed(kwargs)
 
     # ---------------------------------------------------------------- building
+
+    def _cs_clear(self) -> None:
+        """The state of a mesh that is torch's alone (every override defers to torch)."""
+        self._cs_layout = None
+        self._cs_named = False
+        self._cs_root = None
+        self._cs_flat = {}
+        self._cs_groups = []
+        self._cs_ranks_per_host = 1
+        self._cs_torch = None
+        self._cs_base = None
+        self._cs_known = {}
+        self._cs_unflat = {}
+        self._cs_creation = "local"
+
+    def _cs_init(
+        self,
+        layout: MeshLayout,
+        root: DeviceMesh | None,
+        groups: list[Any],
+        ranks_per_host: int,
+        base: DeviceMesh | None,
+        named: bool,
+    ) -> None:
+        self._cs_clear()
+        self._cs_layout = layout
+        self._cs_named = named
+        self._cs_root = root
+        self._cs_groups = groups
+        self._cs_ranks_per_host = ranks_per_host
+        self._cs_base = base
+        if root is None:
+            rank = self.get_rank()
+            rep = rank if rank < layout.world_size else 0
+            for i, pg in enumerate(groups):
+                self._cs_known.setdefault(tuple(layout.group(rep, i)), pg)
+
+    def _cs_adopt_constructed(self, kwargs: dict[str, Any]) -> None:
+        """After torch's constructor: commscope's additions when the mesh is ``0..n-1``
+        row-major over this job, its groups were created, and its names are valid."""
+        if any(kwargs.get(k) is not None for k in _PRIVATE_INIT):
+            return
+        if kwargs.get("_init_backend", True):
+            self._cs_lay_out()
+
+    def _cs_lay_out(self) -> None:
+        """Add commscope's part to a torch mesh with its groups whose ranks are
+        ``0..n-1`` of this job in row-major order (any other stays torch's alone)."""
+        if not dist.is_initialized() or self.device_type == "xla":
+            return
+        grid = self.mesh
+        n, world = grid.numel(), dist.get_world_size()
+        if grid.ndim == 0 or n > world:
+            return
+        if not torch.equal(grid.flatten().to(torch.int64), torch.arange(n)):
+            return
+        names = self.mesh_dim_names
+        try:
+            layout = MeshLayout.create(tuple(grid.shape), names)
+            per_host = ranks_per_host_from_env(world)
+        except MeshError:
+            return
+        member = self.get_rank() < n
+        groups = list(self.get_all_groups()) if member else [None] * layout.ndim
+        self._cs_init(layout, None, groups, per_host, None, names is not None)
+        self._cs_creation = choose_creation("auto")
 
     @classmethod
     def _adopt(
@@ -233,6 +316,7 @@ class DeviceMesh(TorchDeviceMesh):
         groups: list[Any],
         ranks_per_host: int,
         base: DeviceMesh | None = None,
+        named: bool = True,
     ) -> DeviceMesh:
         """Turn a torch mesh (made by torch's own public API) into ours, in place.
 
@@ -241,70 +325,79 @@ class DeviceMesh(TorchDeviceMesh):
         """
         torch_mesh.__class__ = cls
         mesh: DeviceMesh = torch_mesh  # type: ignore[assignment]
-        mesh._cs_layout = layout
-        mesh._cs_root = root
-        mesh._cs_flat = {}
-        mesh._cs_groups = groups
-        mesh._cs_ranks_per_host = ranks_per_host
-        mesh._cs_torch = None
-        mesh._cs_base = base
-        mesh._cs_known = {}
-        mesh._cs_unflat = {}
-        mesh._cs_creation = "local"
-        if root is None:
-            rank = mesh.get_rank()
-            for i, pg in enumerate(groups):
-                mesh._cs_known.setdefault(tuple(layout.group(rank, i)), pg)
+        mesh._cs_init(layout, root, groups, ranks_per_host, base, named)
         return mesh
 
-    @classmethod
-    def _root_from_groups(
-        cls, device_type: str, layout: MeshLayout, groups: list[Any], ranks_per_host: int
+    @staticmethod
+    def from_group(  # type: ignore[override]
+        group: Any,
+        device_type: str,
+        mesh: Any = None,
+        *,
+        mesh_dim_names: tuple[str, ...] | None = None,
     ) -> DeviceMesh:
-        if layout.ndim == 1:
-            tm = TorchDeviceMesh.from_group(groups[0], device_type, mesh_dim_names=layout.names)
-        else:
-            grid = torch.arange(layout.world_size, dtype=torch.int).reshape(layout.shape)
-            tm = TorchDeviceMesh.from_group(
-                groups, device_type, mesh=grid, mesh_dim_names=layout.names
-            )
-        return cls._adopt(tm, layout, None, groups, ranks_per_host)
+        """Torch's ``DeviceMesh.from_group`` (same arguments, checks and groups); the
+        mesh is one of ours, with commscope's additions where its ranks are ``0..n-1``
+        in row-major order (the world's group, or groups laid out as
+        ``init_device_mesh`` does)."""
+        tm = TorchDeviceMesh.from_group(group, device_type, mesh, mesh_dim_names=mesh_dim_names)
+        tm.__class__ = DeviceMesh
+        ours: DeviceMesh = tm  # type: ignore[assignment]
+        ours._cs_clear()
+        ours._cs_lay_out()
+        return ours
 
     @classmethod
     def from_torch(cls, mesh: TorchDeviceMesh, ranks_per_host: int | None = None) -> DeviceMesh:
         """Wrap a root mesh made by torch's ``init_device_mesh`` (same groups, no new ones).
 
-        Its ranks must be laid out row-major (as ``init_device_mesh`` does); an explicit
-        permuted mesh is refused with a clear error.
+        Its ranks must be ``0..n-1`` laid out row-major (as ``init_device_mesh`` does);
+        an explicit permuted mesh is refused with a clear error.
         """
-        if isinstance(mesh, DeviceMesh):
+        if isinstance(mesh, DeviceMesh) and mesh._cs_layout is not None:
             return mesh
         shape = tuple(mesh.shape)
-        expected = torch.arange(mesh.size(), dtype=torch.int).reshape(shape)
-        if mesh.size() != dist.get_world_size() or not torch.equal(
-            mesh.mesh.to(torch.int), expected
-        ):
+        n, world = mesh.size(), dist.get_world_size()
+        expected = torch.arange(n, dtype=torch.int).reshape(shape)
+        rank = dist.get_rank()
+        if n > world or (rank < n and not torch.equal(mesh.mesh.to(torch.int), expected)):
             raise MeshError(
-                "from_torch needs a root mesh over all ranks in row-major order "
+                "from_torch needs a root mesh over ranks 0..n-1 in row-major order "
                 f"(like init_device_mesh), got {mesh.mesh.tolist()}"
             )
-        layout = MeshLayout.create(shape, mesh.mesh_dim_names, world_size=dist.get_world_size())
-        groups = mesh.get_all_groups()
-        per_host = ranks_per_host or ranks_per_host_from_env(layout.world_size)
-        ours = cls._root_from_groups(mesh.device_type, layout, groups, per_host)
-        ours._cs_creation = _choose_creation("auto")
+        names = mesh.mesh_dim_names
+        layout = MeshLayout.create(shape, names)
+        groups = list(mesh.get_all_groups()) if rank < n else [None] * layout.ndim
+        per_host = ranks_per_host or ranks_per_host_from_env(world)
+        tm = torch_view(mesh.device_type, layout, groups, names)
+        ours = cls._adopt(tm, layout, None, groups, per_host, named=names is not None)
+        ours._cs_creation = choose_creation("auto")
         return ours
 
     # ------------------------------------------------------------------ queries
 
-    @property
-    def layout(self) -> MeshLayout:
-        """The pure arithmetic of this mesh (or slice, or flattened axis)."""
+    def _need_layout(self) -> MeshLayout:
+        if self._cs_layout is None:
+            raise MeshError(
+                f"this DeviceMesh holds the explicit mesh {self.mesh.tolist()}, which "
+                "commscope does not lay out (its ranks are not 0..n-1 of this job in "
+                "row-major order, or it was made without its groups): torch's DeviceMesh "
+                "API works on it as on torch's own; layout, describe(), flatten() and "
+                "unflatten() need a mesh from init_device_mesh, or "
+                "DeviceMesh(device_type, torch.arange(n).reshape(shape))"
+            )
         return self._cs_layout
 
     @property
+    def layout(self) -> MeshLayout:
+        """The pure arithmetic of this mesh (or slice, or flattened axis)."""
+        return self._need_layout()
+
+    @property
     def axis_names(self) -> tuple[str, ...]:
-        """Axis names of this mesh (``mesh_dim_names`` in torch's spelling)."""
+        """Axis names of this mesh (``mesh_dim_names``; ``dim_0``, … where it has none)."""
+        if self._cs_layout is None:
+            return tuple(self.mesh_dim_names or (f"dim_{i}" for i in range(self.ndim)))
         return self._cs_layout.names
 
     @property
@@ -312,321 +405,111 @@ class DeviceMesh(TorchDeviceMesh):
         """The full mesh this slice or flattened axis comes from (itself for a root)."""
         return self._cs_root if self._cs_root is not None else self
 
-    def _flat_axis(self, axis: object) -> DeviceMesh | None:
-        if isinstance(axis, str) and axis not in self._cs_layout.names:
-            return self.root._cs_flat.get(axis)
-        return None
+    def _member(self) -> bool:
+        return self.get_rank() < self._need_layout().world_size
 
-    def _valid_names(self) -> list[str]:
-        return [*self._cs_layout.names, *(n for n in self.root._cs_flat if self._cs_root is None)]
+    def _not_member(self) -> MeshIndexError:
+        n = self._need_layout().world_size
+        return MeshIndexError(
+            f"rank {self.get_rank()} is not in this mesh (ranks 0..{n - 1} are): it holds "
+            "no group of it, and its get_coordinate() is None"
+        )
 
-    def _index(self, axis: int | str | None) -> int:
+    def _index(self, axis: int | str | None, what: str = "get_group") -> int:
+        layout = self._need_layout()
         if axis is None:
             if self.ndim != 1:
-                raise MeshError(
-                    f"this mesh has {self.ndim} axes {list(self.axis_names)}: name one, "
-                    "e.g. get_group('tp'), or use get_all_groups()"
+                example = repr(layout.names[-1]) if self._cs_named else str(self.ndim - 1)
+                raise MeshRuntimeError(
+                    "Optional kwarg `mesh_dim` needs to be specified when device_mesh.ndim "
+                    f"> 1. This mesh has {self.ndim} axes {list(layout.names)}: name one, "
+                    f"e.g. {what}({example})"
+                    + (", or use get_all_groups()" if what == "get_group" else "")
                 )
             return 0
+        if isinstance(axis, str) and not self._cs_named:
+            raise MeshKeyError(
+                f"No `mesh_dim_names` found: this mesh's axes have no names, so {axis!r} "
+                f"is none of them; pass an index (0..{self.ndim - 1}), or name the axes: "
+                "init_device_mesh(..., mesh_dim_names=(...))"
+            )
         try:
-            return self._cs_layout.axis_index(axis)
-        except MeshError:
-            if isinstance(axis, str):
-                raise MeshError(
-                    f"unknown axis name {axis!r}; valid names are {self._valid_names()}"
-                ) from None
-            raise
+            return layout.axis_index(axis)
+        except MeshKeyError:
+            raise MeshKeyError(
+                f"Mesh dimension {axis!r} does not exist: unknown axis name {axis!r}; "
+                f"valid names are {self._valid_names()}"
+            ) from None
 
     def size(self, mesh_dim: int | str | None = None) -> int:  # type: ignore[override]
         """Ranks in the mesh, or along one axis given by index or name."""
+        if self._cs_layout is None:
+            return super().size(mesh_dim)  # type: ignore[arg-type]
         if mesh_dim is None:
             return self._cs_layout.size
         flat = self._flat_axis(mesh_dim)
         if flat is not None:
             return flat.size()
-        return self._cs_layout.shape[self._index(mesh_dim)]
+        return self._cs_layout.shape[self._index(mesh_dim, "size")]
 
     def get_group(self, mesh_dim: int | str | None = None) -> dist.ProcessGroup:  # type: ignore[override]
         """The process group of this rank along an axis (name or index)."""
+        if self._cs_layout is None:
+            return super().get_group(mesh_dim)
         flat = self._flat_axis(mesh_dim)
         if flat is not None:
             return flat.get_group()
-        return super().get_group(self._index(mesh_dim))
+        index = self._index(mesh_dim, "get_group")
+        if not self._member():
+            raise self._not_member()
+        return super().get_group(index)
 
     def get_local_rank(self, mesh_dim: int | str | None = None) -> int:  # type: ignore[override]
         """The position of this rank in its group along an axis (its coordinate there)."""
+        if self._cs_layout is None:
+            return super().get_local_rank(mesh_dim)
         flat = self._flat_axis(mesh_dim)
         if flat is not None:
             return flat.get_local_rank()
-        return self._cs_layout.local_rank(self.get_rank(), self._index(mesh_dim))
+        index = self._index(mesh_dim, "get_local_rank")
+        if not self._member():
+            raise self._not_member()
+        return self._cs_layout.local_rank(self.get_rank(), index)
 
     def group_ranks(self, axis: int | str | None = None) -> list[int]:
         """Global ranks of this rank's group along an axis (all axes: the sub-mesh)."""
         flat = self._flat_axis(axis)
         if flat is not None:
             return flat.group_ranks()
-        if axis is None:
-            return self._cs_layout.group(self.get_rank())
-        return self._cs_layout.group(self.get_rank(), self._index(axis))
+        layout = self._need_layout()
+        index = None if axis is None else self._index(axis, "group_ranks")
+        if not self._member():
+            raise self._not_member()
+        if index is None:
+            return layout.group(self.get_rank())
+        return layout.group(self.get_rank(), index)
 
     def locality(self, ranks_per_host: int | None = None) -> list[AxisLocality]:
         """For each axis: do its groups stay inside a host?"""
-        return axis_locality(self._cs_layout, ranks_per_host or self._cs_ranks_per_host)
-
-    # ------------------------------------------------------------ slice, flatten
-
-    def __getitem__(self, mesh_dim_names: str | tuple[str, ...]) -> DeviceMesh:  # type: ignore[override]
-        """A view of some axes, by name, in the mesh's order; creates no group.
-
-        On a root mesh, flattened axes may be taken too, alone or beside other axes
-        (``mesh["dp_cp", "tp"]``), as long as no root axis is taken twice.
-        """
-        wanted = (mesh_dim_names,) if isinstance(mesh_dim_names, str) else tuple(mesh_dim_names)
-        if len(wanted) == 1:
-            flat = self._flat_axis(wanted[0]) if self._cs_root is None else None
-            if flat is not None:
-                return flat
-        if self._cs_root is None and any(w in self._cs_flat for w in wanted):
-            return self._with_flat_axes(wanted)
-        layout = self._cs_layout.slice(wanted)
-        if wanted == self._cs_layout.names:
-            return self
-        sub = TorchDeviceMesh.__getitem__(self, wanted)
-        positions = [self._cs_layout.names.index(w) for w in wanted]
-        groups = [self._cs_groups[p] for p in positions]
-        base = self._cs_base if self._cs_base is not None else self
-        return DeviceMesh._adopt(sub, layout, self.root, groups, self._cs_ranks_per_host, base)
-
-    def _with_flat_axes(self, wanted: tuple[str, ...]) -> DeviceMesh:
-        """A root's view mixing flattened axes with others: ``mesh["dp_cp", "tp"]``."""
-        root_layout = self._cs_layout
-        axes, groups = [], []
-        for w in wanted:
-            flat = self._cs_flat.get(w)
-            if flat is not None:
-                axes.append(flat._cs_layout.axes[0])
-                groups.append(flat._cs_groups[0])
-            elif w in root_layout.names:
-                i = root_layout.names.index(w)
-                axes.append(root_layout.axes[i])
-                groups.append(self._cs_groups[i])
-            else:
-                raise MeshError(f"unknown axis name {w!r}; valid names are {self._valid_names()}")
-        repeated = sorted({n for n in wanted if wanted.count(n) > 1})
-        if repeated:
-            raise MeshError(f"axis {', '.join(map(repr, repeated))} named twice in {wanted}")
-        joined = [a for axis in axes for a in axis]
-        if len(set(joined)) != len(joined):
-            raise MeshError(
-                f"{wanted} take a mesh axis twice: a flattened axis cannot be taken beside "
-                f"one of the axes it joins ({self._joins_text()})"
-            )
-        if joined != sorted(joined):
-            order = tuple(w for _, w in sorted(zip((a[0] for a in axes), wanted)))
-            raise MeshError(f"{wanted} is out of order: axes keep the mesh's order; write {order}")
-        layout = MeshLayout(root_layout.root_shape, root_layout.root_names, tuple(axes), wanted)
-        cached = self._cs_unflat.get(layout)
-        if cached is not None:
-            return cached
-        grid = torch.as_tensor(layout.submesh(self.get_rank()), dtype=torch.int)
-        tm = TorchDeviceMesh.from_group(groups, self.device_type, mesh=grid,
-                                        mesh_dim_names=wanted)
-        view = DeviceMesh._adopt(tm, layout, self, groups, self._cs_ranks_per_host)
-        self._cs_unflat[layout] = view
-        return view
-
-    def _joins_text(self) -> str:
-        names = self._cs_layout.root_names
-        return "; ".join(
-            f"{n} joins {', '.join(names[a] for a in f._cs_layout.axes[0])}"
-            for n, f in self._cs_flat.items()
-        )
-
-    def _existing_flat(self, layout: MeshLayout) -> DeviceMesh | None:
-        """The root's flattened axis of ``layout``'s name, if made already (an error if
-        that name joins other axes)."""
-        name = layout.names[0]
-        existing = self._cs_flat.get(name)
-        if existing is not None and existing._cs_layout.axes != layout.axes:
-            raise MeshError(f"flattened axis {name!r} already joins other axes; pick another name")
-        return existing
-
-    def flatten(self, name: str | None = None) -> DeviceMesh:
-        """Join all axes of this mesh (or slice) into one axis called ``name``.
-
-        ``mesh["dp_replicate", "dp_shard"].flatten("dp")``: the group along ``dp`` holds
-        the ranks of both axes, row-major. Every rank must call it (same order, same
-        name); only the members of each group take part in creating it, and a group
-        with the same ranks as one this mesh already has (the whole world: the default
-        group) is reused. The result is cached on the root by name and can be sliced
-        from it afterwards: ``mesh["dp"]``.
-        """
-        layout = self._cs_layout.flatten(name)
-        flat_name = layout.names[0]
-        root = self.root
-        existing = root._existing_flat(layout)
-        if existing is not None:
-            return existing
-        if flat_name in root._cs_layout.names:
-            raise MeshError(
-                f"cannot name a flattened axis {flat_name!r}: the mesh already has an axis "
-                f"of that name ({list(root.axis_names)})"
-            )
-        if self.ndim == 1:
-            pg = self._cs_groups[0]
-        else:
-            pg = root._group_for(layout, 0, f"mesh_{flat_name}")
-        tm = TorchDeviceMesh.from_group(pg, self.device_type, mesh_dim_names=(flat_name,))
-        flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
-        root._cs_flat[flat_name] = flat
-        return flat
-
-    def unflatten(
-        self,
-        axis: int | str,
-        sizes: Sequence[int],
-        names: Sequence[str],
-        *,
-        backend: str | None = None,
-    ) -> DeviceMesh:
-        """Split one axis into several: ``world.unflatten("world", (2, 4), ("dp", "tp"))``.
-
-        The axis's ranks, in its order, are reshaped to ``sizes`` (one may be ``-1``),
-        the other axes are kept, and the result is a new mesh with those axes (which
-        can be sliced, flattened and handed to FSDP or DTensor like any other). Every
-        rank must call it (same order, same arguments). A new axis whose group has the
-        same ranks as a group this job's mesh already has reuses that group, so
-        unflattening never duplicates a communicator; other groups are created by
-        their members only (``backend``: their backend, and no reuse). Repeating the
-        call returns the same mesh. Raises :class:`~commscope.mesh.layout.MeshError`
-        for sizes that do not multiply to the axis's size, clashing names, or a split
-        that is not a regular sub-grid (see :meth:`MeshLayout.unflatten`).
-        """
-        flat = self._flat_axis(axis) if self._cs_root is None else None
-        if flat is not None:
-            return flat.unflatten(0, sizes, names, backend=backend)
-        p = self._index(axis)
-        layout = self._cs_layout.unflatten(p, sizes, names)
-        root = self.root
-        cached = root._cs_unflat.get(layout)
-        if cached is not None and backend is None:
-            return cached
-        rank = self.get_rank()
-        added = layout.ndim - self.ndim
-        groups = []
-        for i, name in enumerate(layout.names):
-            if i < p:
-                groups.append(self._cs_groups[i])
-            elif i > p + added:
-                groups.append(self._cs_groups[i - added])
-            else:
-                groups.append(root._group_for(layout, i, f"mesh_{name}", backend))
-        if layout.ndim == 1:
-            tm = TorchDeviceMesh.from_group(groups[0], self.device_type,
-                                            mesh_dim_names=layout.names)
-        else:
-            grid = torch.as_tensor(layout.submesh(rank), dtype=torch.int)
-            tm = TorchDeviceMesh.from_group(groups, self.device_type, mesh=grid,
-                                            mesh_dim_names=layout.names)
-        mesh = DeviceMesh._adopt(tm, layout, root, groups, self._cs_ranks_per_host)
-        if backend is None:
-            root._cs_unflat[layout] = mesh
-        return mesh
-
-    def _group_for(
-        self, layout: MeshLayout, axis: int, desc: str, backend: str | None = None
-    ) -> Any:
-        """The calling rank's group along ``axis`` of ``layout``: an existing one with
-        the same ranks, the default group for the whole world, or a new one. Called on
-        the root, which remembers every group its meshes hold and how the job creates
-        groups: by their members only, or (``group_creation="all"``: MPI, torchcomms)
-        every rank creating every group of the axis, in PyTorch's order.
-
-        Every rank takes the same branch: the groups of one axis are translates of one
-        another, so when the calling rank's group is known, every rank's group is.
-        """
-        rank = self.get_rank()
-        key = tuple(layout.group(rank, axis))
-        if backend is None:
-            known = self._cs_known.get(key)
-            if known is not None:
-                return known
-            if len(key) == self._cs_layout.world_size:
-                return dist.distributed_c10d._get_default_group()
-        if self._cs_creation == "all":
-            pg = None
-            for row in layout.all_groups(axis).tolist():
-                created = dist.new_group(row, backend=backend, group_desc=desc)
-                if rank in row:
-                    pg = created
-        else:
-            pg = dist.new_group(
-                list(key), backend=backend, use_local_synchronization=True, group_desc=desc
-            )
-        if backend is None:
-            self._cs_known[key] = pg
-        return pg
-
-    def _flatten(
-        self, mesh_dim_name: str | None = None, backend_override: Any = None
-    ) -> DeviceMesh:
-        """PyTorch's private flatten, as torch does it, and known to this mesh too.
-
-        Torch's own ``_flatten`` runs (its group creation, and its registration on the
-        root, where DTensor looks for a flattened mesh to redistribute over several
-        axes in one collective, as FSDP2's ``dp_mesh_dims`` path expects); the result
-        is then one of ours, so ``mesh["name"]`` finds it. An axis already made with
-        :meth:`flatten` under that name is returned as it is.
-        """
-        layout = self._cs_layout.flatten(mesh_dim_name)
-        name = layout.names[0]
-        root = self.root
-        existing = root._existing_flat(layout)
-        if existing is not None:
-            return existing
-        if backend_override is None:  # older torch has no such argument
-            tm = TorchDeviceMesh._flatten(self, name)
-        else:
-            tm = TorchDeviceMesh._flatten(self, name, backend_override)
-        pg = tm.get_group()
-        flat = DeviceMesh._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
-        root._cs_flat[name] = flat
-        root._cs_known.setdefault(tuple(layout.group(self.get_rank(), 0)), pg)
-        return flat
-
-    def _unflatten(  # type: ignore[override]
-        self,
-        dim: int | str,
-        mesh_sizes: Sequence[int],
-        mesh_dim_names: Sequence[str],
-        backend_override: Any = None,
-    ) -> DeviceMesh:
-        """PyTorch's private spelling of :meth:`unflatten` (same arguments)."""
-        if backend_override is not None:
-            raise MeshError(
-                "commscope's unflatten takes backend='name' for the new groups instead of "
-                "backend_override"
-            )
-        return self.unflatten(dim, mesh_sizes, mesh_dim_names)
+        return axis_locality(self._need_layout(), ranks_per_host or self._cs_ranks_per_host)
 
     # -------------------------------------------------------------- hand-offs
 
     def to_torch(self) -> TorchDeviceMesh:
         """A plain ``torch.distributed.device_mesh.DeviceMesh`` over the same groups."""
         if self._cs_torch is None:
-            if self._cs_base is not None:  # a slice: cut from its base's torch mesh
-                self._cs_torch = self._cs_base.to_torch()[self.axis_names]
-            elif self.ndim == 1:
-                self._cs_torch = TorchDeviceMesh.from_group(
-                    self._cs_groups[0], self.device_type, mesh_dim_names=self.axis_names
+            if self._cs_layout is None:  # torch's alone: the same mesh in torch's class
+                plain = object.__new__(TorchDeviceMesh)
+                plain.__dict__.update(
+                    {k: v for k, v in self.__dict__.items() if not k.startswith("_cs_")}
                 )
+                self._cs_torch = plain
+            elif self._cs_base is not None:  # a slice: cut from its base's torch mesh
+                self._cs_torch = self._cs_base.to_torch()[self.axis_names]
             else:
-                grid = self._cs_layout.submesh(self.get_rank())
-                self._cs_torch = TorchDeviceMesh.from_group(
-                    self._cs_groups,
-                    self.device_type,
-                    mesh=torch.as_tensor(grid, dtype=torch.int),
-                    mesh_dim_names=self.axis_names,
+                names = self.axis_names if self._cs_named else None
+                self._cs_torch = torch_view(
+                    self.device_type, self._cs_layout, self._cs_groups, names
                 )
         return self._cs_torch
 
@@ -653,8 +536,9 @@ class DeviceMesh(TorchDeviceMesh):
             self.__dict__.update(state)
         names = list(self._cs_groups)
         self._cs_groups = [_resolve_group(name) for name in names]
+        self.__dict__.setdefault("_cs_named", True)  # pickled before unnamed meshes existed
         self._cs_known = {k: pg for k, name in self._cs_known.items()
-                          if (pg := _resolve_group(name)) is not None}
+                          if (pg := _resolve_group(name)) is not None or name is None}
         missing = [n for n, pg in zip(names, self._cs_groups) if n is not None and pg is None]
         if missing:
             logger.warning(
@@ -666,7 +550,13 @@ class DeviceMesh(TorchDeviceMesh):
     # ------------------------------------------------------------------ display
 
     def __repr__(self) -> str:
-        axes = ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self._cs_layout.shape))
+        layout = self._cs_layout
+        if layout is None:
+            return super().__repr__()
+        if self._cs_named:
+            axes = ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.shape))
+        else:
+            axes = str(tuple(layout.shape))
         return f"DeviceMesh({axes}, device={self.device_type!r})"
 
     __str__ = __repr__
@@ -679,8 +569,8 @@ class DeviceMesh(TorchDeviceMesh):
         from commscope.mesh.describe import describe_mesh
 
         return describe_mesh(
-            self._cs_layout,
-            rank=self.get_rank(),
+            self._need_layout(),
+            rank=self.get_rank() if self._member() else None,
             device_type=self.device_type,
             ranks_per_host=ranks_per_host or self._cs_ranks_per_host,
         )

@@ -30,11 +30,9 @@ from itertools import pairwise
 
 import numpy as np
 
+from commscope.mesh.errors import MeshError, MeshIndexError, MeshKeyError, MeshRuntimeError
+
 __all__ = ["MeshLayout", "MeshError", "format_shape"]
-
-
-class MeshError(ValueError):
-    """A mesh asked for is impossible; the message shows the arithmetic and the fix."""
 
 
 def format_shape(shape: Sequence[int], names: Sequence[str]) -> str:
@@ -131,7 +129,7 @@ class MeshLayout:
             names_t = tuple(f"dim_{i}" for i in range(len(shape_t)))
         else:
             if isinstance(names, str):
-                raise MeshError(
+                raise MeshRuntimeError(
                     f"mesh_dim_names must be a tuple of names, got the string {names!r}; "
                     f"write ({names!r},) for one axis"
                 )
@@ -139,8 +137,9 @@ class MeshLayout:
         if not shape_t:
             raise MeshError("mesh shape is empty: give at least one axis, e.g. (world_size,)")
         if len(names_t) != len(shape_t):
-            raise MeshError(
-                f"mesh shape {shape_t} has {len(shape_t)} axes but {len(names_t)} names "
+            raise MeshRuntimeError(
+                "mesh_shape and mesh_dim_names should have same length! "
+                f"The shape {shape_t} has {len(shape_t)} axes but {len(names_t)} names "
                 f"{names_t}: give one name per axis"
             )
         for n in names_t:
@@ -148,9 +147,9 @@ class MeshLayout:
                 raise MeshError(f"axis names must be non-empty strings, got {n!r} in {names_t}")
         dupes = sorted({n for n in names_t if names_t.count(n) > 1})
         if dupes:
-            raise MeshError(
-                f"axis names must be unique, {', '.join(map(repr, dupes))} appears more than "
-                f"once in {names_t}"
+            raise MeshRuntimeError(
+                f"Each mesh_dim_name must be unique, {', '.join(map(repr, dupes))} appears "
+                f"more than once in {names_t}: give every axis a name of its own"
             )
         bad = [(n, s) for n, s in zip(names_t, shape_t) if s < 1]
         if bad:
@@ -165,7 +164,8 @@ class MeshLayout:
             names=names_t,
         )
         if world_size is not None and layout.world_size != world_size:
-            raise MeshError(
+            kind = MeshRuntimeError if layout.world_size > world_size else MeshError
+            raise kind(
                 f"{format_shape(shape_t, names_t)} = {layout.world_size} != world size "
                 f"{world_size}: the mesh shape must multiply to the number of ranks; "
                 f"change the shape or launch {layout.world_size} ranks"
@@ -198,21 +198,23 @@ class MeshLayout:
             raise MeshError(f"slice with no axis names; valid names are {list(self.names)}")
         unknown = [n for n in wanted if n not in self.names]
         if unknown:
-            raise MeshError(
-                f"unknown axis name{'s' if len(unknown) > 1 else ''} "
+            raise MeshKeyError(
+                f"Invalid mesh_dim_names {wanted}: unknown axis name"
+                f"{'s' if len(unknown) > 1 else ''} "
                 f"{', '.join(map(repr, unknown))}; valid names are {list(self.names)}"
             )
         repeated = sorted({n for n in wanted if wanted.count(n) > 1})
         if repeated:
-            raise MeshError(
-                f"axis {', '.join(map(repr, repeated))} named twice in {wanted}: "
-                "a slice takes each axis at most once"
+            raise MeshRuntimeError(
+                f"Slicing overlapping dim_names: axis {', '.join(map(repr, repeated))} "
+                f"named twice in {wanted}: a slice takes each axis at most once"
             )
         positions = [self.names.index(n) for n in wanted]
         if positions != sorted(positions):
             in_order = tuple(n for n in self.names if n in wanted)
-            raise MeshError(
-                f"slice {wanted} is out of order: axes must keep the mesh's order "
+            raise MeshKeyError(
+                f"Invalid mesh_dim_names {wanted}: Mesh dim indices should be in ascending "
+                f"order. Slice {wanted} is out of order: axes must keep the mesh's order "
                 f"{self.names}; write {in_order}"
             )
         return MeshLayout(
@@ -318,7 +320,7 @@ class MeshLayout:
             raise MeshError(f"unflatten sizes must be integers, got {sizes!r}") from None
         names_t = tuple(names)
         if not sizes_t or len(sizes_t) != len(names_t):
-            raise MeshError(
+            raise MeshRuntimeError(
                 f"unflatten needs one name per size, got sizes {sizes_t} and names {names_t}"
             )
         for n in names_t:
@@ -404,12 +406,14 @@ class MeshLayout:
             raise MeshError(f"axis must be a name or an index, got {axis!r}")
         if isinstance(axis, int):
             if not -self.ndim <= axis < self.ndim:
-                raise MeshError(
+                raise MeshIndexError(
                     f"axis index {axis} is out of range for a {self.ndim}-D mesh {list(self.names)}"
                 )
             return axis % self.ndim
         if axis not in self.names:
-            raise MeshError(f"unknown axis name {axis!r}; valid names are {list(self.names)}")
+            raise MeshKeyError(
+                f"unknown axis name {axis!r}; valid names are {list(self.names)}"
+            )
         return self.names.index(axis)
 
     def check_rank(self, rank: int) -> None:

@@ -159,36 +159,33 @@ def test_a_rank_that_never_comes_is_named(ranks):
 
 
 def _bad_args(rank, world):
-    errors = []
-    for kwargs in (
-        {"device_type": "cuda:0", "mesh_shape": (2,)},
-        {"device_type": "cpu", "mesh_shape": (2,), "mesh_dim_names": ("a", "b")},
-    ):
-        try:
-            init_device_mesh(**kwargs)
-        except MeshError as exc:
-            errors.append(str(exc))
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
-    for bad in (lambda: mesh["tp"], lambda: mesh.get_group("tp"), lambda: mesh.size(3)):
+    calls = [  # each error is a MeshError and the type torch raises there
+        (RuntimeError, lambda: init_device_mesh("cuda:0", (2,))),
+        (RuntimeError, lambda: init_device_mesh("cpu", (2,), mesh_dim_names=("a", "b"))),
+        (KeyError, lambda: mesh["tp"]),
+        (KeyError, lambda: mesh.get_group("tp")),
+        (IndexError, lambda: mesh.size(3)),
+    ]
+    errors = []
+    for kind, call in calls:
         try:
-            bad()
+            call()
         except MeshError as exc:
-            errors.append(str(exc))
-    try:
-        DeviceMesh("cpu", [0, 1])
-    except TypeError as exc:
-        errors.append(str(exc))
-    return errors
+            errors.append((str(exc), isinstance(exc, kind)))
+    built = DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))  # torch's constructor
+    return errors, (built == mesh, built.group_ranks("dp"), repr(built))
 
 
 def test_errors_say_what_to_do(ranks):
-    errors = ranks(_bad_args, 2, timeout=60)[0]
-    assert "got 'cuda:0'; pass 'cuda'" in errors[0]
-    assert "1 axes but 2 names" in errors[1]
-    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[2]
-    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[3]
-    assert "axis index 3 is out of range" in errors[4]
-    assert "init_device_mesh" in errors[5]
+    errors, built = ranks(_bad_args, 2, timeout=60)[0]
+    assert "got 'cuda:0'; pass 'cuda'" in errors[0][0]
+    assert "1 axes but 2 names" in errors[1][0]
+    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[2][0]
+    assert "unknown axis name 'tp'; valid names are ['dp']" in errors[3][0]
+    assert "axis index 3 is out of range" in errors[4][0]
+    assert len(errors) == 5 and all(is_torch_type for _, is_torch_type in errors)
+    assert built == (True, [0, 1], "DeviceMesh(dp=2, device='cpu')")
 
 
 # ----------------------------------------------------------------- hand-off to torch

@@ -11,6 +11,7 @@ PUBLIC_MODULES = [
     "commscope",
     "commscope.collectives",
     "commscope.mesh",
+    "commscope.mesh.errors",
     "commscope.mesh.layout",
     "commscope.mesh.topology",
     "commscope.mesh.plan",
@@ -49,6 +50,9 @@ def test_mesh_exports_what_it_imports():
         "plan",
         "topology",
         "device_mesh",
+        "errors",
+        "groups",
+        "reshape",
     }
     assert public <= set(mesh.__all__)
     from commscope.mesh import DeviceMesh, MeshDisagreement, init_device_mesh  # lazy names
