@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.commscope-installed
 
-.PHONY: demo test test-matrix lint bench chromium clean
+.PHONY: demo test test-peer test-matrix lint bench chromium clean
 
 $(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c commscope/flight/record/_stack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,16 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "could not install chromium: browser tests will be skipped"; \
 	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
+
+# PyTorch's own test files run against commscope, one import swapped (tests/peer, read from
+# $(COMMSCOPE_PEER_DIR) or ../shared/peer, never copied into the project). PEER=ci (the
+# default, about a minute, also part of `make test`): whole files with forked ranks plus a
+# sample with torch's own harness; PEER=fork: without the sample; PEER=all: whole files
+# with torch's own harness, as PyTorch runs them (40+ minutes on 2 cores). More options:
+# make test-peer PEER_ARGS="--against both --suite device_mesh -k InitDeviceMeshTest"
+PEER ?= ci
+test-peer: $(STAMP)
+	$(PY) -m tests.peer --mode $(PEER) $(PEER_ARGS)
 
 # Not part of `make test`: the suite on every torch release from 2.6 to 2.14 (Python 3.11)
 # and on 3.10 / 3.13 at both ends, one venv each under .venv-matrix, deleted after its run

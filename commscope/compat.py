@@ -408,6 +408,14 @@ DIFFERENCES: dict[str, Difference] = {d.key: d for d in (
         "nothing: the test that hands our mesh to it skips",
         _attr("torch.distributed.fsdp", "DataParallelMeshDims")),
     Difference(
+        "peer_tests_of_2_13", "2.13",
+        "PyTorch's own ``test_device_mesh.py`` and ``test_comm_mode.py`` of the 2.13 era, "
+        "which ``tests/peer`` runs against commscope, import and pass on torch's own "
+        "classes (they test that release's behaviour)",
+        "nothing of commscope's: the peer run skips; ``tests/unit/test_mesh_torch_api.py`` "
+        "checks torch's API on our mesh on every release",
+        _since(2, 13)),
+    Difference(
         "pipelining_on_gloo", "2.6",
         "torch's pipelining schedules run on gloo (2.9's stage set-up sends 8 bytes where "
         "the peer posted 4, and gloo aborts both ranks, commscope or not)",
