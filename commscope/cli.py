@@ -367,6 +367,10 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    help="with --entries: only these ranks, e.g. 0-3,7 (or 0 1 2 3 7)")
     p.add_argument("--group", "--pg-filters", action="extend", nargs="+", metavar="NAME",
                    help="with --entries: only these groups (name or description)")
+    p.add_argument("--all-groups", action="store_true",
+                   help="list every group in the groups table (by default one-member groups "
+                   "that recorded nothing, such as mesh axes of size 1, are counted, and at "
+                   "most 40 groups are listed)")
     p.add_argument("--allow-incomplete-ranks", action="store_true",
                    help="accepted for fr_trace's command lines: ranks without a dump are "
                    "always analysed (and named)")
@@ -419,6 +423,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             straggler_ms=args.straggler_ms,
             entries=entries,
+            all_groups=args.all_groups,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -505,16 +510,17 @@ def _address_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
-    need_torch("commscope watch (it talks to the job's store)")
-    from commscope.watch.command import run_watch
-
     if args.json and not args.once:
         raise UsageError("--json prints one snapshot: add --once")
     if args.stall_s is not None and args.stall_s <= 0:
         raise UsageError(f"--stall-s must be > 0 seconds, got {args.stall_s}")
+    _torch_installed("commscope watch (it talks to the job's store)")
     address = _job_address(args)
     if address is None:
         return 1
+    need_torch("commscope watch (it talks to the job's store)")
+    from commscope.watch.command import run_watch
+
     return run_watch(address, once=args.once, as_json=args.json, web=args.web,
                      host=args.host, port=args.port, stall_s=args.stall_s)
 
@@ -535,29 +541,47 @@ def _add_dump(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_dump(args: argparse.Namespace) -> int:
-    need_torch("commscope dump (it talks to the job's store)")
-    from commscope.watch.command import run_dump
-
+    _torch_installed("commscope dump (it talks to the job's store)")
     address = _job_address(args)
     if address is None:
         return 1
+    need_torch("commscope dump (it talks to the job's store)")
+    from commscope.watch.command import run_dump
+
     return run_dump(address, wait_s=args.wait_s)
 
 
+def _torch_installed(feature: str) -> None:
+    """Say torch is missing before anything else (without importing it when present)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        need_torch(feature)  # raises TorchMissing, which names what to install
+
+
 def _job_address(args: argparse.Namespace) -> Any:
-    """The running job's address from --store/--token/--file; ``None`` (after one
-    sentence on stderr) when the watch file cannot be used; a bad --store is a usage
-    error."""
-    from commscope.watch.command import resolve_address
-    from commscope.watch.source import WatchError
+    """The running job's address from --store/--token/--file, once something listens
+    there; ``None`` (after one sentence on stderr) when the watch file cannot be used or
+    the job has ended; a bad --store is a usage error. Imports no torch: a job that has
+    ended is told in milliseconds, with none of torch's connection retries."""
+    from commscope.watch.address import WatchError, check_listening, resolve_address
 
     try:
-        return resolve_address(args.store, args.token, args.file)
+        address = resolve_address(args.store, args.token, args.file)
     except WatchError as exc:
         if args.store:
             raise UsageError(str(exc)) from None
         print(f"commscope {args.command}: {exc}", file=sys.stderr)
         return None
+    try:
+        check_listening(address)
+    except WatchError as exc:
+        print(f"commscope {args.command}: {exc}", file=sys.stderr)
+        return None
+    # torch's store client logs every failed reconnect as a C++ warning: a job that ends
+    # while watched gets our one sentence, not pages of them
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    return address
 
 
 # --------------------------------------------------------------------------- helpers

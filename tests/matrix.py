@@ -119,7 +119,11 @@ def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
             if step(*pip, *links, f"torch=={torch}", timeout=install_timeout):
                 return {"result": f"torch {torch} did not install", "log": str(log),
                         "uninstallable": True}
-            if step(*pip, "-e", ".[test]", timeout=1800):
+            # torch named again: the test extra's own needs (setuptools, say) are resolved
+            # against that torch's pins, never upgraded past them (torch 2.11 and 2.12 ask
+            # setuptools<82; an environment that breaks its torch's pins makes pip swap the
+            # torch for another at the next install that names it)
+            if step(*pip, *links, "-e", ".[test]", f"torch=={torch}", timeout=1800):
                 return {"result": "commscope did not install", "log": str(log)}
             code = 0
             for tests in SUITES[suite]:

@@ -75,6 +75,8 @@ class Analysis:
                 "missing": list(self.missing),
             },
             "unreadable": [{"file": u.file, "error": u.error} for u in self.unreadable],
+            "other_jobs": [{"file": u.file, "rank": u.rank, "reason": u.error}
+                           for u in self.load.other_jobs],
             "findings": [f.to_json() for f in self.findings],
         }
 
@@ -87,7 +89,8 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     start = time.perf_counter()
     expected = expected_ranks(load, world_size)
     groups = build_groups(load, expected)
-    expected = sorted(set(expected).union(*(g.ranks for g in groups.values())))
+    if not world_size:  # the user's --world-size stands; else every member counts
+        expected = sorted(set(expected).union(*(g.ranks for g in groups.values())))
     views = align_all(load, groups)
     issues = match_p2p(load, groups)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
@@ -129,7 +132,8 @@ def analyze(
     path that does not exist.
     """
     start = time.perf_counter()
-    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress, end_times=end_times)
+    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress, end_times=end_times,
+                      world_size=world_size)
     result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms)
     result.elapsed_s = time.perf_counter() - start
     return result

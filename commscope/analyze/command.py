@@ -74,6 +74,7 @@ def run_analyze(
     jobs: int | None = None,
     straggler_ms: float = 50.0,
     entries: dict[str, Any] | None = None,
+    all_groups: bool = False,
 ) -> int:
     """Run the analysis and write its outputs; return the exit code (0).
 
@@ -97,7 +98,7 @@ def run_analyze(
         raise ValueError(f"{folder}: {result.unreadable[0].error}")
     want_json = as_json or bool(output and output.endswith(".json"))
     text = (json.dumps(result.to_json(), indent=2) + "\n") if want_json else format_report(
-        result, folder)
+        result, folder, all_groups=all_groups)
     if entries is not None and not want_json:
         text += "\n" + format_entries(result, **entries)
     if output:

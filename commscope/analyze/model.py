@@ -26,6 +26,7 @@ __all__ = [
     "Unreadable",
     "LoadResult",
     "FatalLog",
+    "Creation",
     "Group",
     "Finding",
 ]
@@ -157,6 +158,9 @@ class P2POp:
     status: int
     created: int
     index: int
+    ordinal: int | None = None
+    """Its place among the rank's ops of the same channel (group, op, peer), counted from
+    the job's start: progress records carry it (they hold a few records only)."""
 
 
 @dataclass(slots=True)
@@ -177,6 +181,8 @@ class RankDump:
     first_record_id: int | None = None
     first_created_ns: int | None = None
     """``time_created_ns`` of the oldest record kept."""
+    last_created_ns: int | None = None
+    """``time_created_ns`` of the newest record."""
     wrapped: bool = False
     """The ring dropped older records (first ``record_id`` > 0)."""
     group_desc: dict[str, str] = field(default_factory=dict)
@@ -188,6 +194,10 @@ class RankDump:
     pg_status: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     tracks: dict[str, Track] = field(default_factory=dict)
     p2p: list[P2POp] = field(default_factory=list)
+    p2p_totals: dict[tuple[str, str, int], int] | None = None
+    """(group, ``send``/``recv``, peer) -> how many such ops the rank issued since the job
+    started, when its record says (progress records); ``None`` for dumps, whose records
+    are the history."""
     pending: list[tuple[str, int, int]] = field(default_factory=list)
     """Unfinished collectives in record order: (group, seq, entry index); p2p use seq -1."""
     last: tuple[str, int, int] | None = None
@@ -198,15 +208,51 @@ class RankDump:
     threads: bool = False
     """The dump carries every thread's stack at dump time (ours)."""
     main_place: tuple[str, str, int, str] | None = None
-    """Where the main thread was at dump time: (function, file, line, source line)."""
+    """Where the main thread was at dump time: (function, file, line, source line); below
+    a signal handler it was running, where the handler interrupted the program."""
+    main_blocked: bool = False
+    """The main thread waits on a lock, a queue, a join or a future (not in a collective)."""
+    blocked_threads: list[tuple[str, tuple[str, str, int, str] | None]] = field(
+        default_factory=list)
+    """Other threads blocked the same way at dump time: (name, where)."""
+    handler: tuple[str, tuple[str, str, int, str] | None] | None = None
+    """The main thread was inside a signal handler at dump time: (signal, where)."""
     problems: list[str] = field(default_factory=list)
     """What was wrong in parts of the file that was otherwise used."""
     sig_keys: list[Any] | None = None
     """Local signature keys before the dump's sig ids are mapped to the shared table."""
     local_sigs: list[Sig] | None = None
+    job: tuple[str, int | None, int | None, int | None] | None = None
+    """Ours: ``(id, restart, started_ns, world_size)`` of the job attempt it belongs to."""
+    creations: list[Creation] = field(default_factory=list)
+    """Ours: the groups this rank created or was creating (``commscope_group_creations``)."""
+    handler_ops: list[tuple[str, str, int, int]] = field(default_factory=list)
+    """Ours: records issued from a signal handler (``signal, group, seq, entry index``),
+    which are not where the rank's program stopped; kept out of the tracks."""
     ends: array | None = None
     """When each record of the file ended (ns, 0: not recorded), by position in the file;
     kept only when loading for a timeline (``end_times=True``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """One process-group creation a rank took part in (our dumps only)."""
+
+    seq: int
+    """The rank's creation count (1 for its first group)."""
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    done: bool
+    """It returned (a creation that raised counts as done: the rank went on)."""
+    started_ns: int
+    place: tuple[str, str, int, str] | None
+    """The user's line that asked for the group: (function, file, line, source)."""
+
+    @property
+    def identity(self) -> tuple[str, str, tuple[int, ...]]:
+        """What the members of one creation agree on: name, description, members."""
+        return (self.name, self.desc, self.ranks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +288,10 @@ class LoadResult:
     ignored: list[str] = field(default_factory=list)
     """Files that do not look like rank dumps at all (no rank number in the name)."""
     fatal: dict[int, FatalLog] = field(default_factory=dict)
-    """Rank → its non-empty ``<prefix><rank>.fatal`` file (a rank that died in C)."""
+    """Rank → its non-empty fatal log (a rank that died in C)."""
     root: str = ""
+    other_jobs: list[Unreadable] = field(default_factory=list)
+    """Files of other jobs (an earlier attempt, a reused folder), set aside with why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +350,9 @@ class Finding:
     message: str
     blocking: bool = False
     """Part of why the job stopped (as opposed to a bug it survived, or a remark)."""
+    victims: list[int] = field(default_factory=list)
+    """Ranks this cause killed (gloo aborts a receiver of a mismatched message): gone
+    because of it, never a cause of their own."""
     details: dict[str, Any] = field(default_factory=dict)
     """Extra facts for the text/HTML reports (not part of the JSON shape)."""
 
@@ -314,5 +365,6 @@ class Finding:
             "op": self.op,
             "culprit_ranks": sorted(self.culprit_ranks),
             "waiting_ranks": sorted(self.waiting_ranks),
+            "victims": sorted(self.victims),
             "message": self.message,
         }

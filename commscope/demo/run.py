@@ -61,7 +61,9 @@ class _Watcher:
         except WatchError:
             return  # not publishing yet
         line = f"{snap['state'].upper()}: {snap['headline']}"
-        if snap["state"] == "stuck" and self.stuck_at is None:
+        # a wait before the fault (a rank slow to start on a busy machine) is shown as
+        # it is, but the stall the story injects is the one timed
+        if snap["state"] == "stuck" and self.stuck_at is None and fault_at is not None:
             self.stuck_at, self.headline = now, snap["headline"]
             after = f" ({now - fault_at:.1f} s after the fault)" if fault_at else ""
             line += after

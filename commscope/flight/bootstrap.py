@@ -12,11 +12,31 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["main"]
+__all__ = ["main", "banner"]
 
 USAGE = "usage: python -m commscope.flight.bootstrap [--module] SCRIPT_OR_MODULE [ARGS...]"
+
+
+def banner(env: Mapping[str, str]) -> str:
+    """The one line rank 0 prints when ``commscope run`` starts a job: that recording is
+    on, for how many ranks, where the dumps go and how to watch it."""
+    from commscope.flight.config import resolve_config
+
+    config = resolve_config(env=env)
+    world = env.get("WORLD_SIZE", "?")
+    prefix = os.path.abspath(config.dump_prefix)
+    line = (f"commscope: recording every collective of {world} ranks; a hang, a signal "
+            f"or an error dumps to {prefix}<rank>")
+    if config.watch_interval_s <= 0:
+        return line + "; live view off (COMMSCOPE_WATCH_INTERVAL_S=0)"
+    watch_file = env.get("COMMSCOPE_WATCH_FILE") or os.path.join(
+        os.path.dirname(prefix), "watch.json")
+    default = os.path.abspath(os.path.join("commscope_traces", "watch.json"))
+    how = "commscope watch" if os.path.abspath(watch_file) == default else (
+        f"commscope watch --file {watch_file}")
+    return line + f"; watch it live: {how}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -39,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except RecorderUnsupported as exc:  # refuse to start rather than record nothing
         print(f"commscope run: {exc}", file=sys.stderr)
         raise SystemExit(3) from None
+    if os.environ.get("RANK", "0") == "0" and os.environ.get("COMMSCOPE_RUN_BANNER") == "1":
+        print(banner(os.environ), file=sys.stderr, flush=True)
     sys.argv = [target, *rest]
     if as_module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -70,6 +70,7 @@ def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
     out = dict(os.environ if env is None else env)
     out.setdefault("COMMSCOPE_WATCH_TOKEN", secrets.token_urlsafe(18))
     out.setdefault("COMMSCOPE_FR_STRICT", "1")  # a group the recorder misses stops the job
+    out.setdefault("COMMSCOPE_RUN_BANNER", "1")  # rank 0 says recording is on, and where
     prefix = (out.get("TORCH_FR_DUMP_TEMP_FILE") or out.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
               or "./commscope_traces/rank_")
     out.setdefault("COMMSCOPE_WATCH_FILE",

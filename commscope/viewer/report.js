@@ -71,6 +71,7 @@
       if (f.op) { facts.push(f.op); }
       if (f.culprit_ranks.length) { facts.push("culprits " + rankText(f.culprit_ranks)); }
       if (f.waiting_ranks.length) { facts.push("waiting " + rankText(f.waiting_ranks)); }
+      if (f.victims && f.victims.length) { facts.push("victims " + rankText(f.victims)); }
       if (facts.length) { item.appendChild(el("div", { "class": "meta" }, facts.join(" \u00b7 "))); }
       list.appendChild(item);
     });
@@ -142,6 +143,10 @@
     timeline(app, data);
     table(app, "Files not used as they are", "unreadable", [["file", "file"], ["error", "why"]],
       data.analysis.unreadable, "every file was read");
+    if (data.analysis.other_jobs && data.analysis.other_jobs.length) {
+      table(app, "Other jobs in this folder (not analyzed, never merged)", "other-jobs",
+        [["file", "file"], ["reason", "why"]], data.analysis.other_jobs, "");
+    }
     app.appendChild(el("p", { "class": "meta" }, "analyzed in " + data.elapsed_s + " s"));
   }
 

@@ -8,6 +8,7 @@ with one sentence and exit status 1, never a traceback.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -15,29 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from commscope.analyze.read.load import LATER_DIR
+from commscope.watch.address import Address, WatchError, resolve_address
 from commscope.watch.live import LiveCache, Thresholds, snapshot
-from commscope.watch.source import (
-    DEFAULT_WATCH_FILE,
-    Address,
-    StoreSource,
-    WatchError,
-    parse_address,
-    read_watch_file,
-)
+from commscope.watch.source import StoreSource
 
 __all__ = ["resolve_address", "run_watch", "run_dump", "SnapshotMaker"]
 
-
-def resolve_address(store: str | None, token: str | None, watch_file: str | None) -> Address:
-    """``--store``/``--token`` when given, else the watch file (default
-    ``commscope_traces/watch.json``)."""
-    if store:
-        return parse_address(store, token or "")
-    addr = read_watch_file(watch_file or DEFAULT_WATCH_FILE)
-    if token is not None:
-        addr = Address(addr.host, addr.port, token, addr.world_size, addr.dump_prefix,
-                       addr.source)
-    return addr
+_REQUEST_SLUG = "request-from-commscope-dump"
+"""How the recorder names a later dump made for ``commscope dump`` (its reason, as a
+file name: ``commscope.flight.out.dump.later_path``)."""
 
 
 class SnapshotMaker:
@@ -130,18 +118,38 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
         prefix = address.dump_prefix or source.meta.get("dump_prefix")
         if not prefix:
             raise WatchError("the job does not say where its dumps go (no dump_prefix)")
+        later_dir = os.path.join(os.path.dirname(prefix), LATER_DIR)
         before = {r: _mtime(f"{prefix}{r}") for r in range(world)}
+        before_later = {r: _later_mtime(later_dir, r) for r in range(world)}
         n = source.request_dump()
         write(f"asked the {world} ranks of the job at {address} for their dumps "
               f"(request {n}); waiting up to {wait_s:g} s")
         deadline = time.monotonic() + wait_s
         fresh: set[int] = set()
+        ended = ""
+        next_look = time.monotonic() + 1.0
         while time.monotonic() < deadline and len(fresh) < world:
-            fresh = {r for r in range(world) if _mtime(f"{prefix}{r}") > before[r]}
+            # a rank that already dumped for an incident (a hang) keeps that file and
+            # writes this one beside it, into commscope_later/
+            aside = {r for r in range(world) if _later_mtime(later_dir, r) > before_later[r]}
+            fresh = aside | {r for r in range(world) if _mtime(f"{prefix}{r}") > before[r]}
+            if len(fresh) < world and time.monotonic() >= next_look:
+                ended = _job_ended(source)  # a dead job never answers: do not wait it out
+                if ended:
+                    break
+                next_look = time.monotonic() + 1.0
             time.sleep(0.2)
         if not fresh:
+            if ended:
+                raise WatchError(f"{ended}; no rank wrote a dump")
             raise WatchError(f"no rank wrote a dump within {wait_s:g} s (are they publishing? "
                              "a rank sees the request when it next publishes)")
+        if ended:
+            write(ended)
+        if aside:
+            write(f"{len(aside)} rank(s) had already dumped for an incident: their dumps of "
+                  f"this request are in {later_dir}, and the analysis below reads each "
+                  "rank's first dump of the incident (the state when it began)")
         if len(fresh) < world:
             late = sorted(set(range(world)) - fresh)
             write(f"{len(late)} rank(s) did not dump in time: {late[:16]}; analyzing the rest")
@@ -154,6 +162,28 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
     except WatchError as exc:
         print(f"commscope dump: {exc}", file=sys.stderr)
         return 1
+
+
+def _job_ended(source: StoreSource) -> str:
+    """Why the job cannot answer a dump request any more (its store is gone, or no rank
+    has published for a while), or ``""`` while it still can."""
+    try:
+        fetched = source.fetch()
+    except WatchError as exc:
+        return f"the job ended while waiting for its dumps ({exc})"
+    interval = float(fetched.meta.get("interval_s") or 2.0)
+    silent = Thresholds(interval).silent
+    quiet = [b.quiet_s for b in fetched.beats.values()]
+    if quiet and min(quiet) > silent:
+        return (f"no rank has published for {min(quiet):.0f} s: the job has ended, or every "
+                "process is frozen")
+    return ""
+
+
+def _later_mtime(later_dir: str, rank: int) -> float:
+    """When rank ``rank`` last wrote a dump on request into ``commscope_later/``."""
+    names = glob.glob(os.path.join(glob.escape(later_dir), f"{rank}.{_REQUEST_SLUG}.*"))
+    return max((_mtime(n) for n in names), default=0.0)
 
 
 def _mtime(path: str) -> float:

@@ -66,12 +66,28 @@ def _unfinished(rec: dict[str, Any]) -> list[dict[str, Any]]:
             and not e.get("retired") and e.get("state") != "completed"]
 
 
+def _creating(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The group creations a rank is blocked in, shaped as unfinished entries (a rank
+    waiting for a member that never comes to create a group is stuck like one in a
+    collective)."""
+    out = []
+    for c in rec.get("commscope_group_creations") or []:
+        if isinstance(c, dict) and c.get("state") == "started":
+            out.append({"profiling_name": f"create:new_group {c.get('desc') or c.get('name')}",
+                        "time_created_ns": c.get("time_started_ns"),
+                        "process_group": [str(c.get("name")), str(c.get("desc"))],
+                        "frames": c.get("frames"), "creating": True})
+    return out
+
+
 def _where(entry: dict[str, Any]) -> str:
     return frame_text(user_frame(entry.get("frames")))
 
 
 def _op_text(entry: dict[str, Any]) -> str:
     name = str(entry.get("profiling_name", "?")).partition(":")[2] or "?"
+    if entry.get("creating"):
+        return name
     if entry.get("is_p2p"):
         return f"{name.split()[0]} (p2p #{entry.get('p2p_seq_id')})"
     return f"{name} #{entry.get('collective_seq_id')}"
@@ -85,7 +101,7 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
         t = beat.time_ns if beat else rec.get("dump_time_ns")
         age = (now_ns - t) / 1e9 if isinstance(t, int) else None
         quiet = beat.quiet_s if beat else 0.0
-        pending = _unfinished(rec)
+        pending = _unfinished(rec) + _creating(rec)
         oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
         main = (rec.get("commscope_threads") or [{}])[0]
         place = user_place(main.get("frames")) if isinstance(main, dict) else None

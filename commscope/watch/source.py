@@ -25,72 +25,28 @@ Algorithm (:class:`StoreSource`):
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from commscope.flight.out import progress
+from commscope.watch.address import (
+    DEFAULT_WATCH_FILE,
+    Address,
+    WatchError,
+    parse_address,
+    reachable_host,
+    read_watch_file,
+)
 
 __all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
            "Fetched", "Beat", "DEFAULT_WATCH_FILE"]
 
-DEFAULT_WATCH_FILE = os.path.join("commscope_traces", "watch.json")
 _CONNECT_TRY_S = 1.0
 _CHUNK = 1024
 """Keys per store call: TCPStore's check and multi_get cost grows faster than linearly
 with the keys of one call (16 384 beats: 0.44 s in one multi_get, 0.05 s in 16)."""
-
-
-class WatchError(Exception):
-    """Watching cannot go on; the message says why in one sentence."""
-
-
-@dataclass(frozen=True)
-class Address:
-    """Where a job's store is and which token opens its records."""
-
-    host: str
-    port: int
-    token: str = ""
-    world_size: int | None = None
-    dump_prefix: str | None = None
-    source: str = ""
-    """Where the address came from (``--store`` or the watch file's path)."""
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_address(text: str, token: str = "") -> Address:
-    """``HOST:PORT`` → :class:`Address`; raises :class:`WatchError` for anything else."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise WatchError(f"--store must be HOST:PORT (e.g. 127.0.0.1:29500), got {text!r}")
-    return Address(host=host.strip("[]"), port=int(port), token=token, source="--store")
-
-
-def read_watch_file(path: str) -> Address:
-    """The address, token and world size a job's rank 0 wrote (see module doc)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise WatchError(
-            f"no watch file at {path}: start the job with `commscope run` (rank 0 writes it "
-            "when the recorder publishes), or give --store HOST:PORT") from None
-    except (OSError, ValueError) as exc:
-        raise WatchError(f"cannot read the watch file {path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("store"), str):
-        raise WatchError(f"{path} is not a commscope watch file (no 'store' address)")
-    addr = parse_address(data["store"], str(data.get("token") or ""))
-    world = data.get("world_size")
-    prefix = data.get("dump_prefix")
-    return Address(host=addr.host, port=addr.port, token=addr.token,
-                   world_size=world if type(world) is int and world > 0 else None,
-                   dump_prefix=prefix if isinstance(prefix, str) else None, source=path)
 
 
 @dataclass(frozen=True)
@@ -148,7 +104,7 @@ class StoreSource:
                 from torch.distributed import TCPStore
             except ImportError as exc:  # pragma: no cover - torch is a dependency
                 raise WatchError(f"commscope watch needs torch.distributed ({exc})") from None
-            host = _reachable_host(self.address.host, self.address.port)
+            host = reachable_host(self.address.host, self.address.port) or self.address.host
             # A store's first handshake is sometimes lost and the client then waits out
             # its whole timeout (seen: 5 s, one connect in ten, against torchrun's store):
             # short attempts, a few of them, then the real timeout for every call.
@@ -299,25 +255,6 @@ class StoreSource:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
         it next publishes); return the request's number."""
         return int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
-
-
-def _reachable_host(host: str, port: int, probe_s: float = 1.0) -> str:
-    """The first numeric address of ``host`` that accepts a connection on ``port``
-    (``localhost`` may name ::1 first while the store listens on 127.0.0.1 only; the
-    store client would then spend its whole timeout on the wrong one), else ``host``."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return host
-    for family, kind, proto, _, addr in infos:
-        try:
-            with socket.socket(family, kind, proto) as sock:
-                sock.settimeout(probe_s)
-                sock.connect(addr)
-            return str(addr[0])
-        except OSError:
-            continue
-    return host
 
 
 def _short(exc: BaseException) -> str:

@@ -76,3 +76,24 @@ def test_timeline_draws_p2p_lanes(page, tmp_path):
     assert "p2p" in text
     # rank 2's last send to rank 3 is the only stuck op of the job
     assert len(page.query_selector_all("#timeline rect.stuck")) == 1
+
+
+def test_other_jobs_and_victims_are_shown(page, tmp_path):
+    # a restarted job: the earlier attempt's files are listed, not merged
+    result = analyze(DATA / "scenarios" / "restarted_job" / "ours")
+    assert result.load.other_jobs
+    out = tmp_path / "restarted.html"
+    write_html(result, out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#other-jobs")
+    assert page.errors == []
+    rows = page.query_selector_all("#other-jobs tr")
+    assert len(rows) == len(result.load.other_jobs) + 1
+    assert "another job" in rows[1].text_content()
+    # a wrong-size collective whose receivers gloo aborted: they are its victims
+    result = analyze(DATA / "scenarios" / "size_mismatch_kills_peer" / "ours")
+    assert result.findings[0].victims
+    write_html(result, out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#findings li")
+    assert "victims" in page.query_selector("#findings li .meta").text_content()

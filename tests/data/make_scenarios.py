@@ -50,9 +50,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import torch.distributed.fsdp  # noqa: E402 (imported once here: forked ranks inherit it)
 
 import commscope.flight as flight  # noqa: E402
-from commscope.flight.out.dump import write_atomic  # noqa: E402
+from commscope.flight.out.dump import LATER_DIR, write_atomic  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "scenarios"
 TIMEOUT_S = 1.0
@@ -88,6 +89,16 @@ class Expect:
     """Other findings (kind, culprits) that must be there."""
     says: list[str] = field(default_factory=list)
     """Text the first finding's message must contain."""
+    never_says: list[str] = field(default_factory=list)
+    """Text no finding's message may contain (a torch frame named as the user's line)."""
+    group: str | None = None
+    """The description of the first finding's group (``None``: not checked)."""
+    seq: int | None = None
+    """The first finding's ``collective_seq_id`` (``None``: not checked)."""
+    victims: list[int] | None = None
+    """Ranks the first finding lists as victims (killed by it); ``None``: not checked."""
+    ignored: int | None = None
+    """How many files of other jobs the analysis sets aside (``None``: not checked)."""
 
 
 @dataclass
@@ -103,9 +114,25 @@ class Scenario:
     healthy' when some rank stopped unfinished)."""
     buffer_size: int = 2000
     timing: bool = False
+    timeout_s: float | None = None
+    """The recorder's watchdog timeout (default :data:`TIMEOUT_S`)."""
+    no_dump: list[int] = field(default_factory=list)
+    """Ranks that cannot dump (never joined the job): the launcher does not wait for them."""
+    signals: list[tuple[float, int, list[int] | None]] = field(default_factory=list)
+    """``(after_s, signal, ranks)``: send ``signal`` to those ranks (``None``: every live
+    rank) this long after the start. SIGTERM ends the job as a user's kill does: the
+    launcher then waits for the ranks' dumps on their way down."""
+    before: list[tuple[int, Callable[..., None]]] = field(default_factory=list)
+    """Earlier attempts of the job, ``(world, run)``, run first into the same folder (a
+    restarted job or a reused dump folder)."""
 
 
 # --------------------------------------------------------------------------- rank helpers
+
+
+_NO_INIT: set[Callable[..., None]] = set()
+"""Scenario functions that call ``init_process_group`` (or skip it) themselves:
+``run(rank, world, store_path)``."""
 
 
 def hang() -> None:
@@ -581,6 +608,212 @@ def crash_and_stall(rank: int, world: int) -> None:
     hang()
 
 
+# --------------------------------------------------------------------------- in the field
+
+
+def skip_new_group(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank != 3:
+        experts = dist.new_group(list(range(world)), group_desc="experts")  # rank 3 skips it
+        dist.all_reduce(t, group=experts)
+    dist.all_reduce(t)  # rank 3 goes on and waits here for the others
+    hang()
+
+
+def skip_new_group_local(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank in (1, 2):  # rank 3 skips its part of the group of 1-3
+        tail = dist.new_group([1, 2, 3], use_local_synchronization=True, group_desc="tail")
+        dist.all_reduce(t, group=tail)
+    dist.all_reduce(t)
+    hang()
+
+
+def skip_mesh(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank != 0:  # rank 0 builds no mesh (torch's: every rank creates every group)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+    dist.barrier()
+    hang()
+
+
+def skip_init(rank: int, world: int, store_path: str) -> None:
+    if rank == 3:
+        hang()  # never joins the job (stuck before init_process_group)
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=30))
+    dist.all_reduce(torch.ones(4))
+    hang()
+
+
+_NO_INIT.add(skip_init)
+
+
+def _earlier_attempt(rank: int, world: int) -> None:
+    """The first attempt of a restarted job: 8 ranks, rank 5 misses an all_reduce."""
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank != 5:
+        dist.all_reduce(t)
+    hang()
+
+
+def restarted_job(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(5):
+        dist.all_reduce(t)
+    if rank != 2:
+        dist.all_reduce(t)  # the new attempt, 4 ranks: rank 2 misses #6
+    hang()
+
+
+def restarted_job_killed_rank(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == 3:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)  # its file is the earlier attempt's
+    dist.all_reduce(t)
+    hang()
+
+
+def _earlier_attempt_same_size(rank: int, world: int) -> None:
+    """The first attempt, same 4 ranks: rank 0 raises at step 2."""
+    t = torch.ones(4)
+    for step in range(3):
+        if rank == 0 and step == 2:
+            raise RuntimeError("out of memory (attempt 1)")
+        dist.all_reduce(t)
+    hang()
+
+
+def dtype_mismatch_kills_peer(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    # rank 1 sends float64: twice the bytes each receiver posted; gloo aborts one
+    x = torch.ones(1 << 15, dtype=torch.float64 if rank == 1 else torch.float32)
+    dist.broadcast(x, 1)
+    hang()
+
+
+def fsdp2_stall(rank: int, world: int) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    for step in range(4):
+        batch = load_batch(step) if (rank == 2 and step == 2) else torch.ones(4, 8)
+        model(batch).sum().backward()  # the others wait in FSDP2's all-gather
+    hang()
+
+
+def loader_thread_deadlock(rank: int, world: int) -> None:
+    import queue
+    import threading
+
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank == 3:
+        batches: queue.Queue[torch.Tensor] = queue.Queue()
+        lock = threading.Lock()
+
+        def fill() -> None:
+            with lock:
+                lock.acquire()  # the loader takes a lock it already holds
+                batches.put(torch.ones(4))
+
+        threading.Thread(target=fill, name="loader", daemon=True).start()
+        t = batches.get()  # the main thread waits for a batch that never comes
+    dist.all_reduce(t)
+    hang()
+
+
+def healthy_dump_at_end(rank: int, world: int) -> None:
+    t = torch.ones(1 << 12)
+    for _ in range(5):
+        dist.all_reduce(t)
+    flight.dump()  # right after the job's last collective, as a user's exit hook does
+    time.sleep(0.5)
+
+
+def pipeline_skip_recv_send_cycle(rank: int, world: int) -> None:
+    act, grad = torch.ones(8), torch.ones(8)
+    dist.all_reduce(torch.ones(2))
+    if rank == 0:
+        for _ in range(4):
+            dist.send(act, dst=1)  # activations of 4 microbatches
+        for _ in range(4):
+            dist.recv(grad, src=1)
+    else:
+        for mb in range(4):
+            if mb != 2:
+                dist.recv(act, src=0)  # the last stage skips microbatch 2's recv
+        for _ in range(4):
+            dist.send(grad, dst=0)  # ...and sends gradients while stage 0 still sends
+    hang()
+
+
+def mesh2d_stall_one_rank(rank: int, world: int) -> None:
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    t = torch.ones(4)
+    for step in range(3):
+        if rank == 2 and step == 2:
+            load_batch(step)  # rank 2 stalls: its tp peer and its dp peer both wait
+        dist.all_reduce(t, group=tp)
+        dist.all_reduce(t, group=dp)
+    hang()
+
+
+def _lightning_like_sigterm() -> None:
+    """A trainer's SIGTERM handler that tells the other ranks (a collective), then hands
+    over to the handler before it (commscope's: dump, then terminate)."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        dist.broadcast(torch.ones(1), 0, async_op=True)  # Lightning's connector does this
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def sigterm_handler_after_timeout(rank: int, world: int) -> None:
+    _lightning_like_sigterm()
+    t = torch.ones(4)
+    for step in range(3):
+        batch = load_batch(step) if (rank == 3 and step == 2) else t
+        dist.all_reduce(batch)
+    hang()
+
+
+def usr2_handler_collective(rank: int, world: int) -> None:
+    def on_usr2(signum: int, frame: Any) -> None:
+        dist.broadcast(torch.ones(1), 0)  # a handler's collective: the others never join
+
+    signal.signal(signal.SIGUSR2, on_usr2)
+    t = torch.ones(4)
+    for step in range(3):
+        batch = load_batch(step) if (rank == 3 and step == 2) else t
+        dist.all_reduce(batch)
+    hang()
+
+
 # --------------------------------------------------------------------------- the corpus
 
 
@@ -612,7 +845,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("size_mismatch_abort", 4, size_mismatch_abort,
              Expect("hang", "size_mismatch", [1])),
     Scenario("size_mismatch_kills_peer", 3, size_mismatch_kills_peer,
-             Expect("crash", "size_mismatch", [1], blamed=[1])),
+             Expect("crash", "size_mismatch", [1], blamed=[1], victims=[0, 2])),
     Scenario("dtype_mismatch", 3, dtype_mismatch, Expect("desync", "dtype_mismatch", [1]),
              Expect("desync", "dtype_mismatch", [1])),
     Scenario("op_mismatch", 3, op_mismatch, Expect("hang", "op_mismatch", [1]),
@@ -645,7 +878,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("crash_os_exit", 3, crash_os_exit,
              Expect("crash", "crashed_rank", [1], says=["left no dump"])),
     Scenario("crash_sigkill", 4, crash_sigkill,
-             Expect("crash", "crashed_rank", [2], says=["left no dump"])),
+             Expect("crash", "crashed_rank", [2], waiting=[0, 1, 3], seq=4,
+                    says=["left no dump"])),
     Scenario("crash_last_rank", 3, crash_last_rank,
              Expect("crash", "crashed_rank", [2], says=["left no dump"])),
     Scenario("crash_in_pipeline", 4, crash_in_pipeline,
@@ -674,6 +908,54 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("two_faults", 4, two_faults,
              Expect("hang", "missing_rank", [1], blamed=[1, 3], waiting=[0],
                     also=[("missing_rank", [3])])),
+    # ---- in the field (issue 26)
+    Scenario("skip_new_group", 4, skip_new_group,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], group="experts",
+                    says=["never created", "skip_new_group"]),
+             Expect("hang", "missing_rank", [0, 1, 2], waiting=[3],
+                    says=["creating a process group"])),
+    Scenario("skip_new_group_local", 4, skip_new_group_local,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], group="tail",
+                    says=["never created"])),
+    Scenario("skip_mesh", 4, skip_mesh,
+             Expect("hang", "missing_rank", [0], waiting=[1, 2, 3], says=["never created"])),
+    Scenario("skip_init", 4, skip_init,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], group="default_pg",
+                    says=["init_process_group", "left no dump"]),
+             no_dump=[3]),
+    Scenario("restarted_job", 4, restarted_job,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3], seq=6, ignored=4),
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3], seq=6, ignored=4),
+             before=[(8, _earlier_attempt)]),
+    Scenario("restarted_job_killed_rank", 4, restarted_job_killed_rank,
+             Expect("crash", "crashed_rank", [3], waiting=[0, 1, 2], seq=4, ignored=1,
+                    says=["left no dump"]),
+             Expect("crash", "crashed_rank", [3], waiting=[0, 1, 2], seq=4, ignored=1),
+             before=[(4, _earlier_attempt_same_size)]),
+    Scenario("dtype_mismatch_kills_peer", 3, dtype_mismatch_kills_peer,
+             Expect("crash", "size_mismatch", [1], blamed=[1], victims=[0, 2],
+                    says=["victims"])),
+    Scenario("fsdp2_stall", 4, fsdp2_stall,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3],
+                    says=["load_batch", "in fsdp2_stall"],
+                    never_says=["distributed_c10d.py", "_ops.py"]),
+             timeout_s=3.0),
+    Scenario("loader_thread_deadlock", 4, loader_thread_deadlock,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2],
+                    says=["batches.get()", "thread loader", "lock.acquire()"])),
+    Scenario("healthy_dump_at_end", 3, healthy_dump_at_end, Expect("healthy", "healthy"),
+             Expect("healthy", "healthy")),
+    Scenario("pipeline_skip_recv_send_cycle", 2, pipeline_skip_recv_send_cycle,
+             Expect("hang", "p2p_unmatched", [1], waiting=[0], says=["recv fewer"])),
+    Scenario("mesh2d_stall_one_rank", 4, mesh2d_stall_one_rank,
+             Expect("hang", "missing_rank", [2], waiting=[0, 3], says=["load_batch"])),
+    Scenario("sigterm_handler_after_timeout", 4, sigterm_handler_after_timeout,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], says=["load_batch"]),
+             signals=[(4.0, signal.SIGTERM, None)]),
+    Scenario("usr2_handler_collective", 4, usr2_handler_collective,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2],
+                    says=["load_batch", "SIGUSR2"]),
+             timeout_s=2.0, signals=[(1.0, signal.SIGUSR2, [3])]),
     Scenario("crash_and_stall", 4, crash_and_stall,
              Expect("crash", "crashed_rank", [0], blamed=[0, 3], says=["checkpoint shard"],
                     also=[("missing_rank", [3])])),
@@ -691,11 +973,17 @@ def _also_native(native_dir: Path, rank: int) -> None:
     """Every commscope dump of this rank also writes PyTorch's native dump."""
     dump_module = sys.modules["commscope.flight.out.dump"]
     original = dump_module.Dumper.dump
+    written: list[str] = []
 
     def dump(self: Any, reason: str, *args: Any, **kwargs: Any) -> str:
         path = original(self, reason, *args, **kwargs)
+        if LATER_DIR in str(path) and written:
+            return path  # a later dump set beside the incident's: the native one stays
+        # (a signal that cut the first mirror short mirrors its own dump instead: the
+        # native recorder's state on the rank's way down)
         try:
             write_atomic(str(native_dir / f"rank_{rank}"), _native_bytes())
+            written.append(path)
         except Exception as exc:  # the native recorder is a bonus, never the point
             print(f"rank {rank}: native dump failed: {exc!r}", file=sys.stderr)
         return path
@@ -703,20 +991,25 @@ def _also_native(native_dir: Path, rank: int) -> None:
     dump_module.Dumper.dump = dump  # type: ignore[method-assign]
 
 
-def _rank_main(sc: Scenario, rank: int, out: Path, store_path: str) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(sc.world),
-                       "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(sc.world),
+def _rank_main(sc: Scenario, rank: int, out: Path, store_path: str, world: int,
+               run: Callable[..., None]) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world),
+                       "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
                        "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": str(sc.buffer_size),
                        "TORCH_FR_CPP_STACK": "0"})
     torch.set_num_threads(1)
     try:
-        flight.enable(dump_prefix=str(out / "ours" / "rank_"), timeout_s=TIMEOUT_S,
-                      poll_interval_s=0.2, buffer_size=sc.buffer_size, timing=sc.timing)
+        flight.enable(dump_prefix=str(out / "ours" / "rank_"),
+                      timeout_s=sc.timeout_s or TIMEOUT_S, poll_interval_s=0.2,
+                      buffer_size=sc.buffer_size, timing=sc.timing, watch_interval_s=0.2)
         _also_native(out / "native", rank)
-        store = dist.FileStore(store_path, sc.world)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=sc.world,
-                                timeout=timedelta(seconds=30))
-        sc.run(rank, sc.world)
+        if run in _NO_INIT:  # the scenario makes (or skips) the default group itself
+            run(rank, world, store_path)
+        else:
+            store = dist.FileStore(store_path, world)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=30))
+            run(rank, world)
     except BaseException:
         sys.excepthook(*sys.exc_info())  # what the interpreter does with an uncaught one
         sys.stderr.flush()
@@ -724,17 +1017,50 @@ def _rank_main(sc: Scenario, rank: int, out: Path, store_path: str) -> None:
     os._exit(0)
 
 
-def launch(sc: Scenario, out: Path, scratch: Path) -> dict[int, int | None]:
-    """Run one scenario as torchrun would; return each rank's exit code."""
+def _capture_live(store_path: str, world: int, out: Path, alive: set[int]) -> None:
+    """Save every rank's newest progress record (what ``commscope watch`` reads from the
+    job's store) as ``live/record_<N>.json``, its group config as ``live/config_<N>.json``,
+    and which ranks were alive then as ``live/alive.json`` (a watcher sees the others'
+    records stop changing)."""
+    from commscope.flight.out import progress
+
+    try:
+        store = dist.FileStore(store_path, world + 1)
+    except Exception:
+        return
+    (out / "live").mkdir(exist_ok=True)
+    (out / "live" / "alive.json").write_text(json.dumps(sorted(alive)) + "\n")
+    tid = progress.token_id("")
+    for r in range(world):
+        for key, name in ((progress.rank_key(tid, r), f"record_{r}.json"),
+                          (progress.config_key(tid, r), f"config_{r}.json")):
+            try:
+                if store.check([key]):
+                    (out / "live" / name).write_bytes(bytes(store.get(key)))
+            except Exception:
+                continue
+
+
+def launch(sc: Scenario, out: Path, scratch: Path, world: int | None = None,
+           run: Callable[..., None] | None = None, live: bool = True) -> dict[int, int | None]:
+    """Run one scenario (or one earlier attempt of it: ``world``, ``run``) as torchrun
+    would; return each rank's exit code."""
     import multiprocessing as mp
 
+    world = sc.world if world is None else world
+    run = sc.run if run is None else run
     for sub in ("ours", "native"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     scratch.mkdir(parents=True, exist_ok=True)
     store_path = str(scratch / f"store-{sc.name}-{time.monotonic_ns()}")
     ctx = mp.get_context("fork")
-    procs = {r: ctx.Process(target=_rank_main, args=(sc, r, out, store_path), daemon=True)
-             for r in range(sc.world)}
+    procs = {r: ctx.Process(target=_rank_main, args=(sc, r, out, store_path, world, run),
+                            daemon=True)
+             for r in range(world)}
+    started = time.monotonic()
+    wall_start = time.time()
+    pending_signals = list(sc.signals) if run is sc.run else []
+    ends_by_sigterm = any(sig == signal.SIGTERM for _, sig, _ in pending_signals)
     for p in procs.values():
         p.start()
     deadline = time.monotonic() + JOB_LIMIT_S
@@ -746,20 +1072,39 @@ def launch(sc: Scenario, out: Path, scratch: Path) -> dict[int, int | None]:
             if not alive:
                 break
             failed = [r for r, p in procs.items() if p.exitcode not in (None, 0)]
-            if failed and term_at is None:  # torchrun: one failed, stop the rest
+            user_term = False
+            for item in list(pending_signals):
+                after, signum, ranks = item
+                if time.monotonic() - started < after:
+                    continue
+                pending_signals.remove(item)
+                if signum == signal.SIGTERM:
+                    user_term = True
+                    continue
+                for r in (ranks if ranks is not None else sorted(alive)):
+                    if r in alive:
+                        os.kill(procs[r].pid, signum)
+            if (failed or user_term) and term_at is None:  # torchrun: stop the rest
                 term_at = time.monotonic()
+                if live:
+                    _capture_live(store_path, world, out, alive)
                 for r in alive:
                     os.kill(procs[r].pid, signal.SIGTERM)
             if term_at is not None and time.monotonic() - term_at > TERM_GRACE_S:
                 break
-            files = len(list(out.glob("*/rank_*")))
+            fresh = {p for p in out.glob("*/rank_*") if p.stat().st_mtime >= wall_start}
+            files = len(fresh)  # this attempt's (an earlier one's files may lie there)
             if files != seen:
                 seen, last_new = files, time.monotonic()
-            dumped = all((out / sub / f"rank_{r}").exists() for r in alive
+            waited = alive - set(sc.no_dump)
+            dumped = all(out / sub / f"rank_{r}" in fresh for r in waited
                          for sub in ("ours", "native"))
             if time.monotonic() - last_new > NATIVE_WAIT_S:
-                dumped = all((out / "ours" / f"rank_{r}").exists() for r in alive)
-            if term_at is None and files and dumped and time.monotonic() - last_new > SETTLE_S:
+                dumped = all(out / "ours" / f"rank_{r}" in fresh for r in waited)
+            if (term_at is None and not ends_by_sigterm and files and dumped
+                    and time.monotonic() - last_new > SETTLE_S):
+                if live:
+                    _capture_live(store_path, world, out, alive)
                 break  # a hung job, every live rank dumped: end it
             time.sleep(0.05)
     finally:
@@ -777,9 +1122,10 @@ def launch(sc: Scenario, out: Path, scratch: Path) -> dict[int, int | None]:
     for d in ("ours", "native"):
         for tmp in (out / d).glob(".*.tmp"):
             tmp.unlink()
-        for empty in (out / d).glob(".*.fatal"):
-            if empty.stat().st_size == 0:
-                empty.unlink()  # armed, never written (the rank did not die in C)
+        for pattern in (".*.fatal", ".commscope-fatal-*.log"):
+            for empty in (out / d).glob(pattern):
+                if empty.stat().st_size == 0:
+                    empty.unlink()  # armed, never written (the rank did not die in C)
     return {r: p.exitcode for r, p in procs.items()}
 
 
@@ -789,7 +1135,12 @@ def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
     out = DATA / name if out is None else Path(out)
     if out.exists():
         shutil.rmtree(out)
+    for world, run in sc.before:  # earlier attempts leave their files in the same folder
+        launch(sc, out, scratch, world, run, live=False)
+        time.sleep(1.0)  # the next attempt starts later, as a restart does
     codes = launch(sc, out, scratch)
+    for tmp in out.rglob(".commscope-*.tmp"):
+        tmp.unlink()  # a dump cut short when the job was killed: no dump, never kept
     if not any((out / "native").iterdir()):
         (out / "native").rmdir()
     meta = {

@@ -372,8 +372,11 @@ def _polled_works(rank, world_size, out_dir):
     # NCCL's and XCCL's futures complete at enqueue, so their works are polled by the
     # watchdog instead of wrapped. Drive that path on gloo: same recorder, real works.
     groups_mod.POLLED_BACKENDS = rec_mod.POLLED_BACKENDS = frozenset({"gloo"})
+    # The recorder's own timeout far off: the first dump of the incident (which keeps
+    # the file) is the one the failed work causes, not a race with a timeout dump.
     _init(rank, world_size, handle_signals=False, dump_on_exception=False,
-          poll_interval_s=0.05, timing=True, dump_prefix=os.path.join(out_dir, "rank_"))
+          poll_interval_s=0.05, timing=True, dump_prefix=os.path.join(out_dir, "rank_"),
+          timeout_s=120)
     rec = _state.recorder
     t = torch.ones(4)
     for _ in range(3):

@@ -69,15 +69,25 @@ def test_crash_under_commscope_run_leaves_survivors_sigterm_dumps(tmp_path):
         timeout=110,
     )
     assert proc.returncode != 0
+    # one line of our own per job, from rank 0: recording is on, where the dumps go
+    assert proc.stderr.count("commscope: recording every collective of 3 ranks") == 1, (
+        proc.stderr[-3000:])
+    assert f"dumps to {prefix}<rank>" in proc.stderr
+    assert f"commscope watch --file {prefix.parent / 'watch.json'}" in proc.stderr
     # torchrun's summary names the first failure it saw: rank 1's exit 3, or a survivor
     # whose recv broke when torchrun stopped the other survivor first
     assert "exitcode" in proc.stderr, proc.stderr[-3000:]
     names = sorted(p.name for p in prefix.parent.iterdir()
-                   if p.name[0] != "." and p.name != "watch.json")
+                   if p.name[0] != "." and p.name not in ("watch.json", "commscope_later"))
     assert names == ["rank_0", "rank_2"], names  # rank 1 died before it could dump
     for rank in (0, 2):
         dump = _load(prefix.parent / f"rank_{rank}")
-        assert dump["dump_reason"] == "signal SIGTERM"
+        # the first dump of the incident: torchrun's SIGTERM, the other survivor's
+        # request (it got its SIGTERM first), or its own error when its recv broke; a
+        # later one goes to commscope_later/
+        reason = dump["dump_reason"]
+        assert reason in ("signal SIGTERM", "collective error", f"request from rank "
+                          f"{2 - rank}"), reason
         assert dump["rank"] == rank and dump["world_size"] == 3
         ops = [(e["profiling_name"], e["state"]) for e in dump["entries"]]
         peer = 2 if rank == 0 else 0

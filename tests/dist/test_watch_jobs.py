@@ -10,14 +10,18 @@ one sentence.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from commscope.cli import main
 from commscope.watch.command import SnapshotMaker, resolve_address
-from commscope.watch.source import StoreSource
-from tests.jobs.launch import start
+from commscope.watch.source import StoreSource, WatchError
+from tests.jobs.launch import REPO, descendants, start
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(180)]
 
@@ -58,13 +62,22 @@ def test_a_wrong_token_is_refused_and_a_bad_address_is_one_sentence(job, capsys)
 
 
 def test_watch_sees_the_job_progress(job, capsys):
-    first = _snap(job, capsys)
+    # the watch file appears when rank 0 publishes; on two busy cores the other ranks
+    # may not have marked a step yet: wait until every rank has (a step of None is
+    # "not yet", which `max` cannot compare)
+    deadline = time.monotonic() + 60
+    while True:
+        first = _snap(job, capsys)
+        if all(isinstance(r["step"], int) for r in first["ranks"]) and len(first["ranks"]) == 4:
+            break
+        assert time.monotonic() < deadline, json.dumps(first)[:3000]
+        time.sleep(INTERVAL_S)
     time.sleep(3 * INTERVAL_S)
     second = _snap(job, capsys)
     assert first["world_size"] == second["world_size"] == 4
     assert second["state"] in ("healthy", "behind"), second["headline"]
     steps = lambda s: [r["step"] for r in s["ranks"]]  # noqa: E731
-    assert all(isinstance(x, int) for x in steps(second))
+    assert all(isinstance(x, int) for x in steps(second)), json.dumps(second)[:3000]
     assert min(steps(second)) > max(steps(first))  # everyone moved on
     group = second["groups"][0]
     assert group["desc"] == "default_pg" and group["enqueued_max"] > first["groups"][0][
@@ -107,9 +120,94 @@ def test_dump_of_the_running_job_and_the_job_goes_on(job, capsys):
     assert _snap(job, capsys)["state"] == "stuck"  # and still publishing
 
 
-def test_a_store_that_vanishes_is_one_sentence(job, capsys):
+def _workers(job) -> list[int]:
+    out = []
+    for pid in descendants(job.proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+                if b"commscope.flight.bootstrap" in cmdline and b"torch.distributed.run" not in cmdline:
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def test_dump_notices_a_job_that_stopped_publishing(job, capsys):
+    # every rank frozen (the store, in torchrun's agent, still answers): nobody can dump,
+    # and `commscope dump` says so within seconds instead of waiting its full minute
+    workers = _workers(job)
+    assert len(workers) == 4
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert main(["dump", "--file", str(job.watch_file), "--wait-s", "60"]) == 1
+        took = time.monotonic() - start
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+    err = capsys.readouterr().err
+    assert "no rank has published for" in err and "no rank wrote a dump" in err, err
+    assert took < 20, took
+
+
+def test_a_job_that_ended_is_told_at_once_without_torch_noise(job, capsys):
     job.stop()
+    for command in ("watch", "dump"):
+        start = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "commscope", command, "--file", str(job.watch_file)],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+        took = time.monotonic() - start
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr  # one sentence, none of torch's retries
+        assert lines[0].startswith(f"commscope {command}: the job at ")
+        assert "has ended" in lines[0] and "was written" in lines[0]
+        assert took < 5, took  # no torch import, no store client: one refused connect
+    # the watcher already attached when the job ended says it in one sentence too
     assert main(["watch", "--once", "--file", str(job.watch_file)]) == 1
     err = capsys.readouterr().err
-    assert "commscope watch:" in err and "Traceback" not in err
-    assert "has the job ended" in err or "stopped answering" in err
+    assert "commscope watch:" in err and "Traceback" not in err and "has ended" in err
+
+
+def test_a_store_that_vanishes_under_an_attached_watcher_is_one_sentence(tmp_path, capsys):
+    job = start(tmp_path / "vanish", interval_s=INTERVAL_S)
+    try:
+        job.watch_info()
+        make = SnapshotMaker(_source(job))
+        make()
+    finally:
+        job.stop()
+    with pytest.raises(WatchError) as err:
+        make()
+    assert "stopped answering" in str(err.value) and "ended" in str(err.value)
+
+
+def test_dump_after_a_hang_was_dumped_reads_the_incident_and_says_where_the_new_ones_are(
+        tmp_path, capsys):
+    # the job hangs, every rank dumps for the incident (timeout 2 s); a later `commscope
+    # dump` must not wait for files that will never change: the answers go beside them
+    job = start(tmp_path / "hung", interval_s=INTERVAL_S, COMMSCOPE_FR_TIMEOUT_S="2")
+    try:
+        job.watch_info()
+        job.stall_file.write_text("now")
+        traces = job.folder / "commscope_traces"
+        deadline = time.monotonic() + 60
+        while len(list(traces.glob("rank_*"))) < 4:
+            assert time.monotonic() < deadline, job.log()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        start_s = time.monotonic()
+        assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
+        took = time.monotonic() - start_s
+        out = capsys.readouterr().out
+    finally:
+        job.stop()
+    assert "4 rank(s) had already dumped for an incident" in out, out
+    assert "verdict: HANG" in out and "[missing_rank] Rank 3 never joined" in out
+    later = sorted(p.name for p in (traces / "commscope_later").iterdir())
+    assert later == [f"{r}.request-from-commscope-dump.pkl" for r in range(4)], later
+    assert took < 15, took

@@ -18,8 +18,10 @@ STALL_FILE = os.environ.get("STALL_FILE", "")
 
 def load_batch(step: int) -> torch.Tensor:
     if dist.get_rank() == 3 and STALL_FILE and os.path.exists(STALL_FILE):
-        with open(STALL_FILE + ".at", "w") as f:
+        # written whole or not at all: the test polls for it and reads it at once
+        with open(STALL_FILE + ".at.tmp", "w") as f:
             f.write(str(time.time()))
+        os.replace(STALL_FILE + ".at.tmp", STALL_FILE + ".at")
         time.sleep(3600)  # a dead NFS mount
     return torch.ones(4) * step
 

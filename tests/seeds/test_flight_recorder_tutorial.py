@@ -86,8 +86,13 @@ def test_hung_job_dumps_every_rank_and_analyze_names_the_rank(tmp_path):
     # The job fails (gloo's own timeout fires after the dumps); what matters is the files.
     traces = tmp_path / "commscope_traces"
     files = sorted(p.name for p in traces.iterdir()
-                   if not p.name.startswith(".") and p.name != "watch.json")
+                   if not p.name.startswith(".") and p.name not in ("watch.json",
+                                                                    "commscope_later"))
     assert files == ["rank_0", "rank_1"], proc.stderr[-3000:]
+    # torchrun's SIGTERM to the survivor after the hang dumps again, beside the hang's
+    later = traces / "commscope_later"
+    if later.exists():
+        assert all(re.fullmatch(r"[01]\.[a-z0-9-]+\.pkl", p.name) for p in later.iterdir())
 
     for rank in (0, 1):
         with open(traces / f"rank_{rank}", "rb") as fh:

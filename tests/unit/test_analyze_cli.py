@@ -244,3 +244,44 @@ def test_exports_use_end_times_kept_while_loading(tmp_path):
     assert (perfetto_trace(kept), timeline_data(kept)) == before
     # without kept end times the slices fall back to the next record's start
     assert perfetto_trace(plain) != before[0]
+
+
+def test_one_member_groups_with_no_record_are_folded_into_a_count(tmp_path, capsys):
+    # torchtitan's mesh: pp, cp and dp_replicate of size 1 give one-member groups that
+    # never record anything; the table counts them and --all-groups lists them
+    from commscope.analyze.synth import SyntheticJob
+
+    job = SyntheticJob(2)
+    job.group("1", "mesh_tp", [0, 1])
+    for r in range(2):
+        for axis in ("pp", "cp", "dp_replicate"):
+            job.group(f"{axis}{r}", f"mesh_{axis}", [r])
+    job.collective("all_reduce", group="1")
+    job.collective("all_reduce", group="1", ranks=[0], stuck=True)
+    job.write(tmp_path / "d")
+    assert main(["analyze", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("groups:"):]
+    assert "mesh_pp" not in table.splitlines()[2]
+    assert "+ 6 one-member groups with no record (mesh_cp, mesh_dp_replicate, mesh_pp" in table
+    assert main(["analyze", str(tmp_path / "d"), "--all-groups"]) == 0
+    full = capsys.readouterr().out
+    rows = [line for line in full[full.index("groups:"):].splitlines() if "mesh_" in line]
+    assert len(rows) == 7 and "one-member" not in full
+
+
+def test_group_creation_shows_in_the_groups_table(capsys):
+    folder = DATA / "scenarios" / "skip_new_group" / "ours"
+    assert main(["analyze", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "0-2 never came (creating experts)" in out
+    assert "being created: 0-2 wait at make_scenarios.py:" in out
+
+
+def test_other_jobs_and_later_dumps_are_listed_not_merged(capsys):
+    folder = DATA / "scenarios" / "restarted_job_killed_rank" / "ours"
+    assert main(["analyze", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "other jobs in this folder, not analyzed" in out
+    assert "rank_3: rank 3's file belongs to another job" in out
+    assert "later dumps, set aside in commscope_later/" in out

@@ -8,12 +8,16 @@ wrote them, by PyTorch's native recorder (``native/``).
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from commscope.analyze import analyze
 from commscope.analyze.read.load import read_dump_file
+from tests.needs import torch_has
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 SCENARIOS = sorted(p.name for p in DATA.iterdir() if (p / "scenario.json").exists())
@@ -34,6 +38,25 @@ def _check(result, expect: dict) -> None:
     assert set(expect["waiting"]) <= set(root.waiting_ranks), story
     for text in expect["says"]:
         assert text in root.message, (text, story)
+    for text in expect.get("never_says", []):
+        assert all(text not in f.message for f in result.findings), (text, story)
+    if expect.get("group") is not None:
+        assert root.group is not None and root.group.desc == expect["group"], story
+    if expect.get("seq") is not None:
+        assert root.collective_seq_id == expect["seq"], story
+    if expect.get("victims") is not None:
+        assert sorted(root.victims) == sorted(expect["victims"]), story
+        assert not any(f.kind == "crashed_rank" for f in result.findings), story
+    if expect.get("ignored") is not None:
+        assert len(result.load.other_jobs) == expect["ignored"], (
+            [u.file for u in result.load.other_jobs], story)
+    # one cause, one finding: no two blocking findings blame the same ranks
+    causes = [tuple(sorted(f.culprit_ranks)) for f in result.findings if f.blocking]
+    assert len(causes) == len(set(causes)), ("one cause, one finding", story)
+    # the JSON says what the text says
+    data = result.to_json()["findings"][0]
+    assert (data["kind"], data["culprit_ranks"]) == (root.kind, sorted(root.culprit_ranks))
+    assert data["victims"] == sorted(root.victims)
     blamed = sorted({r for f in result.findings if f.blocking for r in f.culprit_ranks})
     want = expect["blamed"] if expect["blamed"] is not None else (
         expect["culprits"] if any(f.blocking for f in result.findings) else blamed)
@@ -126,3 +149,96 @@ def test_perfetto_joins_every_send_to_its_recv_on_real_pipelines(name, tmp_path)
     if name == "pipeline_1f1b_healthy":
         assert {(3, 2), (2, 1), (1, 0)} <= hops  # gradients back up
         assert len(starts) == sends == recvs  # every op paired in a healthy job
+
+
+LIVE = [n for n in SCENARIOS if (DATA / n / "live" / "alive.json").is_file()]
+
+
+def _live_snapshot(name: str) -> dict:
+    """What ``commscope watch`` shows of the scenario's job, from the progress records the
+    generator read out of the job's store while it was stuck (``live/``): the ranks dead
+    by then have stopped publishing."""
+    import time
+
+    from commscope.watch.live import snapshot
+    from commscope.watch.source import Beat, Fetched
+
+    live = DATA / name / "live"
+    alive = set(json.loads((live / "alive.json").read_text()))
+    world = _meta(name)["world_size"]
+    records = {r: json.loads((live / f"record_{r}.json").read_text()) for r in range(world)
+               if (live / f"record_{r}.json").is_file()}
+    configs = {r: json.loads((live / f"config_{r}.json").read_text()) for r in records
+               if (live / f"config_{r}.json").is_file()}
+    now = time.time_ns()
+    beats = {r: Beat(beats=100, version=1, time_ns=now if r in alive else now - 60 * 10**9,
+                     quiet_s=0.5 if r in alive else 60.0) for r in records}
+    fetched = Fetched(records=records, configs=configs,
+                      missing=sorted(set(range(world)) - set(records)), beats=beats)
+    return snapshot(fetched, now_ns=now)
+
+
+def test_the_live_view_is_checked_on_a_dozen_scenarios():
+    assert len(LIVE) >= 12
+
+
+@pytest.mark.parametrize("name", LIVE)
+def test_live_view(name):
+    # The live view names the culprit the analysis of the dumps names.
+    expect = _meta(name)["expect"]
+    snap = _live_snapshot(name)
+    if not any((DATA / name / "live").glob("record_*.json")):
+        # the job was over before any rank published (a crash in its first second):
+        # there is nothing to watch, and the view says so rather than guessing
+        assert snap["state"] == "waiting", snap["headline"]
+        return
+    if expect["verdict"] == "healthy":
+        assert snap["state"] in ("healthy", "behind", "slow"), snap["headline"]
+        return
+    assert snap["state"] == "stuck", snap["headline"]
+    root = snap["findings"][0]
+    story = snap["headline"] + "\n" + "\n".join(f["message"] for f in snap["findings"])
+    assert root["kind"] == expect["kind"], story
+    assert sorted(root["culprit_ranks"]) == sorted(expect["culprits"]), story
+
+
+def _fr_trace(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+         "--allow-incomplete-ranks", str(folder)],
+        capture_output=True, text=True, timeout=120)
+
+
+@torch_has("torch_fr_trace", "torch_fr_trace_reads_gloo")
+@pytest.mark.parametrize("name", ["size_mismatch_kills_peer", "restarted_job_killed_rank",
+                                  "sigterm_handler_after_timeout", "skip_new_group"])
+def test_pytorchs_fr_trace_reads_the_folders_we_write(name):
+    # hidden fatal logs, later dumps in commscope_later/, group creations, signal records:
+    # none of them may break PyTorch's own analyzer of the same folder
+    proc = _fr_trace(DATA / name / "ours")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+@torch_has("torch_fr_trace", "torch_fr_trace_reads_gloo")
+def test_the_old_fatal_name_did_break_fr_trace(tmp_path):
+    # the control: the name the recorder used before (".rank_3.fatal") holds fr_trace's
+    # prefix "rank_" and crashed it ("3.fatal" is no rank), which the test above catches
+    folder = tmp_path / "dumps"
+    shutil.copytree(DATA / "size_mismatch_kills_peer" / "ours", folder)
+    (folder / ".commscope-fatal-0.log").rename(folder / ".rank_0.fatal")
+    proc = _fr_trace(folder)
+    assert proc.returncode != 0 or "Traceback" in proc.stderr
+
+
+def test_world_size_is_honoured_and_two_jobs_are_never_merged():
+    # an 8-rank attempt left rank_4..7 beside the 4-rank restart's files
+    folder = DATA / "restarted_job" / "ours"
+    seen = analyze(folder)
+    assert seen.expected == [0, 1, 2, 3] and seen.findings[0].culprit_ranks == [2]
+    assert sorted(u.rank for u in seen.load.other_jobs) == [4, 5, 6, 7]
+    assert all("another job" in u.error for u in seen.load.other_jobs)
+    said = analyze(folder, world_size=8)  # the user says 8: 4-7 left no dump of this job
+    assert said.expected == list(range(8)) and said.missing == [4, 5, 6, 7]
+    assert sorted(u.rank for u in said.load.other_jobs) == [4, 5, 6, 7]  # still not merged
+    native = analyze(DATA / "restarted_job" / "native")  # no job id: sizes and times tell
+    assert native.expected == [0, 1, 2, 3] and native.load.other_jobs

@@ -10,6 +10,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,6 +98,29 @@ def test_write_atomic_replaces_whole_files(tmp_path):
     assert os.listdir(target.parent) == ["rank_0"]
 
 
+def test_two_threads_writing_one_file_at_once_both_succeed(tmp_path):
+    # A rank's watchdog and a signal handler may dump at the same moment.
+    target = tmp_path / "rank_0"
+    payloads = [bytes([i]) * 200_000 for i in range(8)]
+    errors: list[BaseException] = []
+
+    def write(data: bytes) -> None:
+        try:
+            for _ in range(20):
+                write_atomic(str(target), data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert target.read_bytes() in payloads
+    assert os.listdir(tmp_path) == ["rank_0"]
+
+
 DUMP_LOOP = """
 import os, sys, torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -126,20 +150,22 @@ def _run_and_kill(tmp_path: Path, n: int, after_first_dump: bool, attempt: int) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    final, tmp = out / "rank_0", out / f".commscope-{proc.pid}.tmp"
+    final = out / "rank_0"
     try:
         deadline = time.monotonic() + 90
         while True:
             assert proc.poll() is None and time.monotonic() < deadline
-            # Kill while a dump is being written: the temporary file exists.
-            if tmp.exists() and (final.exists() or not after_first_dump):
+            # Kill while a dump is being written: a temporary file exists.
+            temps = list(out.glob(f".commscope-{proc.pid}-*.tmp"))
+            if temps and (final.exists() or not after_first_dump):
                 break
             time.sleep(0.001)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait()
-    return out, final, tmp
+    temps = list(out.glob(f".commscope-{proc.pid}-*.tmp"))
+    return out, final, temps[0] if temps else None
 
 
 @pytest.mark.slow
@@ -148,7 +174,7 @@ def test_kill_9_during_a_dump_never_leaves_a_partial_file(tmp_path, after_first_
     n = 20_000
     for attempt in range(5):
         out, final, tmp = _run_and_kill(tmp_path, n, after_first_dump, attempt)
-        if tmp.exists():  # the kill landed while a dump was being written
+        if tmp is not None:  # the kill landed while a dump was being written
             break
     else:
         pytest.fail("never managed to kill the process in the middle of a dump")

@@ -29,7 +29,7 @@ def _run(tmp_path: Path, how: str) -> subprocess.CompletedProcess:
 def test_a_rank_that_aborts_leaves_its_python_stack(tmp_path):
     proc = _run(tmp_path, "abort")
     assert proc.returncode == -6
-    text = (tmp_path / ".rank_3.fatal").read_text()
+    text = (tmp_path / ".commscope-fatal-3.log").read_text()
     assert text.startswith("Fatal Python error: Aborted")
     assert "in stuck_in_native_code" in text
 
@@ -37,8 +37,8 @@ def test_a_rank_that_aborts_leaves_its_python_stack(tmp_path):
 def test_a_clean_exit_leaves_no_file(tmp_path):
     proc = _run(tmp_path, "exit")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(tmp_path / ".rank_3.fatal")
-    assert not (tmp_path / ".rank_3.fatal").exists()
+    assert proc.stdout.strip() == str(tmp_path / ".commscope-fatal-3.log")
+    assert not (tmp_path / ".commscope-fatal-3.log").exists()
 
 
 def test_someone_elses_faulthandler_is_left_alone(tmp_path):

@@ -160,3 +160,23 @@ def test_a_record_from_the_real_publisher_round_trips():
     assert record["commscope_threads"][0]["main"] is True
     snap = snapshot(fetched)
     assert snap["state"] == "healthy" and snap["ranks"][0]["step"] == 12
+
+
+def test_p2p_channel_counts_are_kept_only_while_no_record_went_by_unseen():
+    from types import SimpleNamespace
+
+    from commscope.flight.out.publish import P2PChannels
+
+    def entry(rid: int, op: str = "send", peer: int = 1, p2p: bool = True):
+        return SimpleNamespace(record_id=rid, is_p2p=p2p, peer=peer, pg_name="0",
+                               profiling_name=f"gloo:{op} 0->{peer}")
+
+    ring = [entry(0), entry(1, p2p=False), entry(2), entry(3, "recv")]
+    ch = P2PChannels()
+    ch.update(ring)
+    ch.update([*ring[2:], entry(4)])  # the ring moved on; nothing was missed
+    fields = ch.fields([ring[3], entry(4)])
+    assert fields["commscope_p2p_channels"] == [["0", "recv", 1, 1], ["0", "send", 1, 3]]
+    assert fields["commscope_p2p_ordinals"] == {"3": 0, "4": 2}
+    ch.update([entry(9)])  # records 5-8 went by between two looks: counts are not whole
+    assert ch.fields([entry(9)]) == {}

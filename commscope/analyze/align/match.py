@@ -416,6 +416,10 @@ def match_p2p(load: LoadResult, groups: dict[str, Group]) -> list[P2PIssue]:
         gname, src, dst = key
         if src not in load.dumps or dst not in load.dumps:
             continue  # the side without a dump is reported as crashed, not unmatched
+        counted = _by_ordinal(load, key, s_ops, r_ops)
+        if counted is not None:
+            issues += counted
+            continue
         if load.dumps[src].wrapped or load.dumps[dst].wrapped:
             since = max(load.dumps[src].first_created_ns or 0,
                         load.dumps[dst].first_created_ns or 0)
@@ -430,6 +434,34 @@ def match_p2p(load: LoadResult, groups: dict[str, Group]) -> list[P2PIssue]:
             issues.append(P2PIssue("unmatched", gname, op, src, dst))
         for op in r_ops[len(s_ops):]:
             issues.append(P2PIssue("unmatched", gname, op, dst, src))
+    return issues
+
+
+def _by_ordinal(load: LoadResult, key: tuple[str, int, int], s_ops: list[P2POp],
+                r_ops: list[P2POp]) -> list[P2PIssue] | None:
+    """The issues of one channel when both sides counted their ops since the job began
+    (progress records: a few records each, and every op's place on its channel): the
+    k-th send pairs with the k-th recv, and an op beyond what the peer ever posted is
+    unmatched. ``None`` when either side has no counts (dumps: their records are the
+    history)."""
+    gname, src, dst = key
+    sent, got = load.dumps[src].p2p_totals, load.dumps[dst].p2p_totals
+    if sent is None or got is None or any(o.ordinal is None for o in (*s_ops, *r_ops)):
+        return None
+    n_sent, n_got = sent.get((gname, "send", dst), 0), got.get((gname, "recv", src), 0)
+    issues = []
+    recvs = {o.ordinal: o for o in r_ops}
+    for s_op in s_ops:
+        r_op = recvs.get(s_op.ordinal)
+        if r_op is not None and (
+                load.sigs.sigs[s_op.sig].input_sizes != _recv_sizes(load, r_op)
+                or _dtypes(load, s_op) != _dtypes(load, r_op)):
+            issues.append(P2PIssue("mismatch", gname, s_op, src, dst, partner=r_op))
+        if s_op.ordinal is not None and s_op.ordinal >= n_got:
+            issues.append(P2PIssue("unmatched", gname, s_op, src, dst))
+    for r_op in r_ops:
+        if r_op.ordinal is not None and r_op.ordinal >= n_sent:
+            issues.append(P2PIssue("unmatched", gname, r_op, dst, src))
     return issues
 
 

@@ -291,6 +291,7 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
                           and f.kind in MISMATCH_KINDS), None)
             if known is not None:
                 known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
+                known.victims = sorted(set(known.victims) | set(dead))
                 known.message += " " + victims
                 known.details["killed"] = True
                 return out
@@ -298,7 +299,7 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
             out.append(Finding(
                 kind="size_mismatch", group=g, collective_seq_id=seq,
                 op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
-                blocking=True, details={"shape": "killed", "killed": True},
+                blocking=True, victims=sorted(dead), details={"shape": "killed", "killed": True},
                 message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
                          f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
                          f"{died}"),

@@ -127,12 +127,38 @@ def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], c
         message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
                  f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
                  f"matching {partner}: its own send/recv schedule repeats every step until "
-                 f"there, then it skipped that op and went on, so the two now wait for each "
-                 f"other: " + ", ".join(hops) + "."
+                 f"there, then it skipped that op and went on"
+                 + _count_gap(ctx, link, culprit) + ", so the two now wait for each "
+                 "other: " + ", ".join(hops) + "."
                  + (f" {ranks_phrase(others).capitalize()} {wait_verb(others)} behind them."
                     if others else "")),
         details={**details, "cycle_root": True},
     )
+
+
+def _count_gap(ctx: Context, link: Wait, culprit: int) -> str:
+    """`` (rank 1 posted 3 recvs from rank 0, 1 recv fewer than the 4 sends ...)``: how
+    many partner ops the culprit posted against how many the waiter posted, when they
+    differ."""
+    partner = "recv" if link.op == "send" else "send"
+    posted = _count(ctx, culprit, link.group, partner, link.waiter)
+    wanted = _count(ctx, link.waiter, link.group, link.op, culprit)
+    if posted >= wanted:
+        return ""
+    back = "from" if partner == "recv" else "to"
+    forth = "to" if link.op == "send" else "from"
+    return (f" (rank {culprit} posted {plural(posted, partner)} {back} rank {link.waiter}, "
+            f"{wanted - posted} {partner} fewer than the {plural(wanted, link.op)} rank "
+            f"{link.waiter} posted {forth} it)")
+
+
+def _count(ctx: Context, rank: int, group: str, op: str, peer: int) -> int:
+    d = ctx.load.dumps.get(rank)
+    if d is None:
+        return 0
+    if d.p2p_totals is not None:  # a progress record: counted since the job began
+        return d.p2p_totals.get((group, op, peer), 0)
+    return sum(1 for o in d.p2p if o.group == group and o.op == op and o.peer == peer)
 
 
 def _deviants(ctx: Context, comp: set[int], graph: WaitGraph) -> tuple[list[int], str | None]:

@@ -49,6 +49,7 @@ Algorithm (:func:`diagnose`):
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from commscope.analyze.align.match import P2PIssue
 from commscope.analyze.diagnose.context import Context
@@ -58,6 +59,7 @@ from commscope.analyze.diagnose.crashes import (
     is_comm_error,
     killed_by_mismatch,
 )
+from commscope.analyze.diagnose.creations import creation_findings, creation_waits
 from commscope.analyze.diagnose.cycles import cycle_finding
 from commscope.analyze.diagnose.mismatch import (
     MISMATCH_KINDS,
@@ -67,7 +69,13 @@ from commscope.analyze.diagnose.mismatch import (
 from commscope.analyze.diagnose.skips import find_skip, skip_finding
 from commscope.analyze.diagnose.timing import stale_dumps, stalled_findings, straggler_findings
 from commscope.analyze.diagnose.waits import WaitGraph, build_waits, find_cycles, reaching
-from commscope.analyze.diagnose.wording import now_text, record_op, record_status, wait_verb
+from commscope.analyze.diagnose.wording import (
+    now_text,
+    nows_text,
+    record_op,
+    record_status,
+    wait_verb,
+)
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
 from commscope.analyze.text import frame_text, plural, ranks_phrase
 
@@ -131,7 +139,10 @@ def verdict(findings: list[Finding]) -> str:
 
 
 def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
-    findings = []
+    """``missing_rank``: ranks that never joined a group's frontier collective. One cause,
+    one finding: a rank that several groups wait for (a 2-D mesh: its tp peer and its dp
+    peer) is one finding that lists every group waiting for it."""
+    by_culprits: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
     for key in sorted(ctx.views):
         view = ctx.views[key]
         f = view.frontier
@@ -142,30 +153,37 @@ def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> l
             continue
         ref = next((r for r in f.have if ctx.sig(r, key, f.seq)), None)
         sig = ctx.sig(ref, key, f.seq) if ref is not None else None
-        what = f"{sig.op} #{f.seq} ({sig.sizes_text()})" if sig else f"collective #{f.seq}"
+        by_culprits.setdefault(tuple(culprits), []).append((view, f, sig))
+    findings = []
+    for culprit_key, parts in by_culprits.items():
+        culprits = list(culprit_key)
         who = ranks_phrase(culprits)
-        waiting = sorted(reaching(set(culprits), graph) | set(f.waiting))
-        behind = [r for r in waiting if r not in f.waiting]
-        if f.waiting:
-            verb = "waits" if len(f.waiting) == 1 else "wait"
-            wait_text = f"which {ranks_phrase(f.waiting)} {verb} in"
-            if behind:
-                wait_text = (f"which {ranks_phrase(f.waiting)} {verb} in (and "
-                             f"{ranks_phrase(behind)} behind them)")
-        else:
-            wait_text = (f"which {ranks_phrase(f.have)} recorded as finished (so {who}'s dump "
-                         "may be older than theirs, or the collective failed)")
-        nows = "; ".join(now_text(ctx, q) for q in culprits[:4])
-        if len(culprits) > 4:
-            nows += f"; and {len(culprits) - 4} more"
+        parts.sort(key=lambda p: (p[1].seq, p[0].group.name))
+        direct = sorted({r for _, f, _ in parts for r in f.waiting})
+        waiting = sorted(reaching(set(culprits), graph) | set(direct))
+        behind = [r for r in waiting if r not in direct]
+        texts = []
+        for view, f, sig in parts:
+            what = f"{sig.op} #{f.seq} ({sig.sizes_text()})" if sig else f"collective #{f.seq}"
+            if f.waiting:
+                verb = "waits" if len(f.waiting) == 1 else "wait"
+                wait_text = f"which {ranks_phrase(f.waiting)} {verb} in"
+            else:
+                wait_text = (f"which {ranks_phrase(f.have)} recorded as finished (so {who}'s "
+                             "dump may be older than theirs, or the collective failed)")
+            texts.append(f"{what} of {view.group.label()}, {wait_text}")
+        if behind:
+            texts[-1] += f" (and {ranks_phrase(behind)} behind them)"
+        view, f, sig = parts[0]
         frame = ctx.last_activity(culprits[0])[1]
         findings.append(Finding(
             kind="missing_rank", group=view.group, collective_seq_id=f.seq,
             op=sig.op if sig else None, culprit_ranks=culprits, waiting_ranks=waiting,
-            blocking=bool(f.waiting),
-            message=(f"{who.capitalize()} never joined {what} of {view.group.label()}, "
-                     f"{wait_text}; {nows}."),
-            details={"frames": {culprits[0]: frame}},
+            blocking=any(p[1].waiting for p in parts),
+            message=(f"{who.capitalize()} never joined {'; nor '.join(texts)}; "
+                     f"{nows_text(ctx, culprits)}."),
+            details={"frames": {culprits[0]: frame},
+                     "groups": [p[0].group.name for p in parts]},
         ))
     return findings
 
@@ -378,11 +396,14 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
     ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
     findings = mismatch_findings(ctx)
-    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load)
-    reasons = crash_reasons(ctx, graph)
+    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load,
+                        creation_waits(ctx.load))
+    created, creating = creation_findings(ctx, graph)
+    findings += created
+    reasons = {r: why for r, why in crash_reasons(ctx, graph).items() if r not in creating}
     findings = killed_by_mismatch(ctx, graph, reasons, findings)
     findings += crash_findings(ctx, graph, reasons)
-    explained: set[int] = set(reasons)
+    explained: set[int] = set(reasons) | creating
     for cycle in find_cycles(graph):
         if explained & {w.waiter for w in cycle}:
             continue
@@ -425,7 +446,7 @@ def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
             message=(f"None of the {plural(files, 'file')} could be read as a dump, so "
                      "nothing can be said about the job."),
         )]
-    if all(d.n_entries == 0 for d in ctx.load.dumps.values()):
+    if all(d.n_entries == 0 and not d.creations for d in ctx.load.dumps.values()):
         return [Finding(
             kind="truncated_history", group=None, collective_seq_id=None, op=None,
             culprit_ranks=[], waiting_ranks=[],

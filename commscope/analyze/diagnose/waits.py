@@ -74,9 +74,11 @@ class WaitGraph:
 
 def build_waits(views: dict[str, GroupView], p2p: list[P2PIssue],
                 pending_mismatch_ranks: Iterable[int],
-                load: LoadResult | None = None) -> WaitGraph:
-    """Steps 1-4 of the module doc (steps 2 and 3's no-dump peers need ``load``)."""
-    waits: list[Wait] = []
+                load: LoadResult | None = None, extra: Iterable[Wait] = ()) -> WaitGraph:
+    """Steps 1-4 of the module doc (steps 2 and 3's no-dump peers need ``load``);
+    ``extra``: more edges (a rank blocked creating a group waits for its absent members,
+    :mod:`.creations`)."""
+    waits: list[Wait] = list(extra)
     for key in sorted(views):
         view = views[key]
         f = view.frontier

@@ -8,6 +8,7 @@ from collections import Counter
 
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.model import COMPLETED, RETIRED
+from commscope.analyze.read.load import LATER_DIR
 from commscope.analyze.text import rank_list
 
 __all__ = ["format_report", "p2p_stops", "VERDICT_WORDS"]
@@ -63,10 +64,43 @@ def p2p_stops(a: Analysis, group: str) -> str:
     return f"p2p: {shown} unfinished"
 
 
-def _group_rows(a: Analysis) -> list[str]:
+def _creating(a: Analysis) -> dict[tuple[str, str, tuple[int, ...]], list[tuple[int, str]]]:
+    """Each group creation some rank is blocked in: (rank, where it asked) per creation."""
+    out: dict[tuple[str, str, tuple[int, ...]], list[tuple[int, str]]] = {}
+    for r, d in sorted(a.load.dumps.items()):
+        for c in d.creations:
+            if not c.done:
+                where = f"{os.path.basename(c.place[1])}:{c.place[2]}" if c.place else "?"
+                out.setdefault(c.identity, []).append((r, where))
+    return out
+
+
+def _creation_note(a: Analysis, ranks: list[int],
+                   creating: dict[tuple[str, str, tuple[int, ...]], list[tuple[int, str]]]
+                   ) -> str:
+    """`` (creating experts)`` when the ranks that never came are blocked creating a group."""
+    names = sorted({(desc or name) for (name, desc, _), who in creating.items()
+                    for r, _ in who if r in ranks})
+    return f" (creating {', '.join(names[:3])})" if names else ""
+
+
+def _idle_single(a: Analysis, key: str) -> bool:
+    """A one-member group with nothing recorded: a mesh axis of size 1 (pp, cp, ...)."""
+    v = a.views[key]
+    return (len(v.group.ranks) == 1 and not any(hi > 0 for _, hi in v.spans.values())
+            and v.frontier is None and not v.nodump and not v.mismatches
+            and not p2p_stops(a, key))
+
+
+def _group_rows(a: Analysis, all_groups: bool = False) -> list[str]:
     header = ("group", "desc", "ranks", "recorded", "compared", "mismatches", "stops at")
     rows = [header]
-    for key in sorted(a.views, key=lambda k: (len(k), k))[:_MAX_GROUP_ROWS]:
+    creating = _creating(a)
+    keys = sorted(a.views, key=lambda k: (len(k), k))
+    folded = [] if all_groups else [k for k in keys if _idle_single(a, k)]
+    shown = [k for k in keys if k not in set(folded)]
+    limit = len(shown) if all_groups else _MAX_GROUP_ROWS
+    for key in shown[:limit]:
         v = a.views[key]
         g = v.group
         spans = list(v.spans.values())
@@ -76,7 +110,8 @@ def _group_rows(a: Analysis) -> list[str]:
         if v.frontier is not None:
             f = v.frontier
             waits = f"{rank_list(f.waiting, 4)} wait" if f.waiting else "none waiting"
-            stops.append(f"#{f.seq}: {waits}; {rank_list(f.lack, 4)} never came")
+            stops.append(f"#{f.seq}: {waits}; {rank_list(f.lack, 4)} never came"
+                         + _creation_note(a, list(f.lack), creating))
         if v.nodump:
             stops.append(f"no dump: {rank_list(v.nodump, 4)}")
         p2p_waits = p2p_stops(a, key)
@@ -86,18 +121,34 @@ def _group_rows(a: Analysis) -> list[str]:
         n_mis = len(v.mismatches) + v.more_mismatches
         rows.append((g.display, g.desc or "-", rank_list(g.ranks, 3), recorded, str(v.checked),
                      str(n_mis), stop))
+    for (name, desc, members), who in sorted(creating.items(),
+                                             key=lambda kv: (len(kv[0][0]), kv[0])):
+        blocked = [r for r, _ in who]
+        absent = [r for r in members if r not in blocked]
+        where = ", ".join(sorted({w for _, w in who})[:2])
+        stop = f"being created: {rank_list(blocked, 4)} wait at {where}"
+        if absent:
+            stop += f"; {rank_list(absent, 4)} never came"
+        rows.append((name or "?", desc or "-", rank_list(list(members), 3), "-", "0", "0", stop))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     out = []
     for r in rows:
         cells = [c.ljust(w) for c, w in zip(r, widths)]
         out.append("  " + "  ".join([*cells, r[-1]]))
-    if len(a.views) > _MAX_GROUP_ROWS:
-        out.append(f"  ... and {len(a.views) - _MAX_GROUP_ROWS} more groups (see --json/--html)")
+    if len(shown) > limit:
+        out.append(f"  ... and {len(shown) - limit} more groups (--all-groups shows them)")
+    if folded:
+        descs = Counter(a.views[k].group.desc or "-" for k in folded)
+        kinds = ", ".join(d for d, _ in sorted(descs.items(), key=lambda kv: (-kv[1], kv[0]))[:4])
+        more = ", ..." if len(descs) > 4 else ""
+        out.append(f"  + {len(folded)} one-member groups with no record ({kinds}{more}; "
+                   "--all-groups shows them)")
     return out
 
 
-def format_report(a: Analysis, source: str | None = None) -> str:
-    """The analysis as text for a terminal or a file (see ``commscope analyze``)."""
+def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = False) -> str:
+    """The analysis as text for a terminal or a file (see ``commscope analyze``);
+    ``all_groups`` lists every group, also the one-member ones that recorded nothing."""
     where = source or a.load.root or "."
     lines = [f"commscope analyze: {where}", f"dumps: {_sources(a)}", ""]
     lines += _wrap(f"verdict: {VERDICT_WORDS.get(a.verdict, a.verdict)}", "", "  ")
@@ -109,9 +160,9 @@ def format_report(a: Analysis, source: str | None = None) -> str:
     lines.append("")
     lines.append(f"ranks: expected {rank_list(a.expected)}; loaded {rank_list(a.loaded)}; "
                  f"missing {rank_list(a.missing)}")
-    if a.views:
+    if a.views or any(not c.done for d in a.load.dumps.values() for c in d.creations):
         lines.append("groups:")
-        lines += _group_rows(a)
+        lines += _group_rows(a, all_groups)
     if a.unreadable:
         lines.append("files not used as they are:")
         for u in a.unreadable[:_MAX_FILES]:
@@ -119,9 +170,22 @@ def format_report(a: Analysis, source: str | None = None) -> str:
                            "  ", "    ")
         if len(a.unreadable) > _MAX_FILES:
             lines.append(f"  ... and {len(a.unreadable) - _MAX_FILES} more (see --json)")
-    if a.load.ignored:
-        names = ", ".join(os.path.basename(p) for p in a.load.ignored[:5])
-        more = f" and {len(a.load.ignored) - 5} more" if len(a.load.ignored) > 5 else ""
+    later = [p for p in a.load.ignored if os.path.basename(os.path.dirname(p)) == LATER_DIR]
+    ignored = [p for p in a.load.ignored if p not in set(later)]
+    if later:
+        names = ", ".join(os.path.basename(p) for p in later[:5])
+        more = f" and {len(later) - 5} more" if len(later) > 5 else ""
+        lines += _wrap(f"later dumps, set aside in {LATER_DIR}/ (each rank's first dump of "
+                       f"the incident is the one analyzed): {names}{more}", "", "  ")
+    if ignored:
+        names = ", ".join(os.path.basename(p) for p in ignored[:5])
+        more = f" and {len(ignored) - 5} more" if len(ignored) > 5 else ""
         lines.append(f"ignored (no rank number in the name): {names}{more}")
+    if a.load.other_jobs:
+        lines.append("other jobs in this folder, not analyzed (never merged with this one):")
+        for u in a.load.other_jobs[:_MAX_FILES]:
+            lines += _wrap(f"{_shown_path(u.file, a.load.root)}: {u.error}", "  ", "    ")
+        if len(a.load.other_jobs) > _MAX_FILES:
+            lines.append(f"  ... and {len(a.load.other_jobs) - _MAX_FILES} more (see --json)")
     lines.append(f"analyzed in {a.elapsed_s:.3f} s")
     return "\n".join(lines) + "\n"

@@ -29,8 +29,18 @@ from itertools import compress, islice, repeat
 from operator import add, lt
 from typing import Any
 
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, P2POp, RankDump, Sig, SigTable, Track
-from commscope.analyze.read.places import user_place
+from commscope.analyze.model import (
+    COMPLETED,
+    GAP,
+    RETIRED,
+    Creation,
+    P2POp,
+    RankDump,
+    Sig,
+    SigTable,
+    Track,
+)
+from commscope.analyze.read.places import blocked_call, split_at_handler, user_place
 from commscope.analyze.read.records import (
     R_CREATED,
     R_IDT,
@@ -103,15 +113,86 @@ def _threads_and_exception(data: dict[str, Any], dump: RankDump) -> None:
     threads = data.get("commscope_threads")
     if isinstance(threads, list):
         dump.threads = True
+        handlers = _handlers(data)
         main = next((t for t in threads[:256] if isinstance(t, dict) and t.get("main") is True),
                     None)
         if main is not None:
-            dump.main_place = user_place(main.get("frames"))
+            frames = main.get("frames")
+            inside, program, at = split_at_handler(frames, handlers)
+            if at >= 0:  # a signal handler runs on top of the interrupted program
+                dump.handler = (handlers[(inside[-1].get("name"), inside[-1].get("filename"))],
+                                user_place(inside))
+            dump.main_place = user_place(program)
+            dump.main_blocked = blocked_call(program) if at >= 0 else blocked_call(frames)
+        for t in threads[:256]:
+            if not isinstance(t, dict) or t.get("main") is True:
+                continue
+            frames = t.get("frames")
+            if blocked_call(frames) and len(dump.blocked_threads) < 8:
+                dump.blocked_threads.append((str(t.get("name", "?"))[:80], user_place(frames)))
     exc = data.get("commscope_exception")
     if isinstance(exc, dict) and type(exc.get("type")) is str:
         message = exc.get("message")
         dump.exception = (exc["type"][:200], message[:500] if type(message) is str else "",
                           user_place(exc.get("frames")))
+
+
+def _job(data: dict[str, Any], dump: RankDump) -> None:
+    job = data.get("commscope_job")
+    if isinstance(job, dict) and type(job.get("id")) is str:
+        def num(key: str) -> int | None:
+            v = job.get(key)
+            return v if type(v) is int and 0 <= v < 2**63 else None
+
+        dump.job = (job["id"][:100], num("restart"), num("started_ns"), num("world_size"))
+
+
+def _creations(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
+    items = data.get("commscope_group_creations")
+    if items is None:
+        return
+    if not isinstance(items, list):
+        problems.append(f"commscope_group_creations is {short(items)}, ignored")
+        return
+    for item in items[:4096]:
+        try:
+            ranks = _parse_ranks(item["ranks"])
+            if ranks is None or type(item["seq"]) is not int:
+                raise TypeError
+            dump.creations.append(Creation(
+                seq=item["seq"], name=str(item.get("name") or "")[:200],
+                desc=str(item.get("desc") or "")[:200], ranks=ranks,
+                done=item.get("state") != "started",
+                started_ns=int(item.get("time_started_ns") or 0),
+                place=user_place(item.get("frames")),
+            ))
+        except (TypeError, KeyError, ValueError):
+            problems.append(f"a group creation is {short(item)}, ignored")
+
+
+def _signal_records(data: dict[str, Any]) -> dict[int, str]:
+    marked = data.get("commscope_signal_records")
+    if not isinstance(marked, dict):
+        return {}
+    out = {}
+    for key, sig in list(marked.items())[:100_000]:
+        try:
+            out[int(key)] = str(sig)[:40]
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _handlers(data: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """``(function, file) -> signal`` of the signal handlers the dump names."""
+    items = data.get("commscope_signal_handlers")
+    out: dict[tuple[str, str], str] = {}
+    if isinstance(items, list):
+        for h in items[:64]:
+            if isinstance(h, dict) and type(h.get("name")) is str \
+                    and type(h.get("filename")) is str:
+                out[(h["name"], h["filename"])] = str(h.get("signal", "a signal"))[:40]
+    return out
 
 
 def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
@@ -130,6 +211,8 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
         problems.append(f"world_size is {dump.world_size}, expected 1-{MAX_WORLD_SIZE}; ignored")
         dump.world_size = None
     _threads_and_exception(data, dump)
+    _job(data, dump)
+    _creations(data, dump, problems)
     config = data.get("pg_config")
     if isinstance(config, dict):
         for name, value in config.items():
@@ -203,7 +286,16 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         problems.append(f"entries is {short(entries)}, expected a list; no records used")
         entries = []
     counted: Counter[str] = Counter()
+    in_handler = _signal_records(data)
+    positions: list[int] | None = None
+    file_entries = entries
+    if in_handler:
+        if fast is not None:
+            raise Declined  # rare: the standard path sets those records aside
+        entries, positions = _set_aside_handler_records(entries, in_handler, dump)
     if fast is not None:
+        if "commscope_p2p_ordinals" in data:
+            raise Declined  # a progress record's: the standard path reads them
         (cols, entries), kept = fast, None
     else:
         cols, kept = record_columns(entries, counted)
@@ -220,6 +312,11 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         counted.clear()
         cols, kept = slow_columns(entries, counted)
         _build(dump, cols, problems, entries)
+    if "commscope_p2p_channels" in data:
+        _p2p_channels(data, dump, entries, problems)
+    if positions is not None:  # indices must point into the file's own list
+        kept = [positions[k] for k in kept] if kept is not None else positions
+        entries = file_entries
     problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
     if end_times:
         dump.ends = record_end_times(cols, entries, kept)
@@ -227,6 +324,47 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         _renumber(dump, kept)
     dump.problems = problems
     return dump
+
+
+def _p2p_channels(data: dict[str, Any], dump: RankDump, entries: list[Any],
+                  problems: list[str]) -> None:
+    """A progress record's channel counts (``commscope_p2p_channels``) and each kept
+    send/recv's ordinal on its channel (``commscope_p2p_ordinals``)."""
+    rows, ordinals = data.get("commscope_p2p_channels"), data.get("commscope_p2p_ordinals")
+    if not isinstance(rows, list) or not isinstance(ordinals, dict):
+        problems.append("commscope_p2p_channels/ordinals are not a list and a dict: not used")
+        return
+    totals: dict[tuple[str, str, int], int] = {}
+    for row in rows:
+        if (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)
+                and row[1] in ("send", "recv") and type(row[2]) is int and type(row[3]) is int):
+            totals[(row[0], row[1], row[2])] = row[3]
+    dump.p2p_totals = totals
+    for op in dump.p2p:
+        entry = entries[op.index] if 0 <= op.index < len(entries) else None
+        rid = entry.get("record_id") if isinstance(entry, dict) else None
+        k = ordinals.get(str(rid))
+        if type(k) is int and k >= 0:
+            op.ordinal = k
+
+
+def _set_aside_handler_records(entries: list[Any], marked: dict[int, str],
+                               dump: RankDump) -> tuple[list[Any], list[int]]:
+    """The records issued from a signal handler leave the rank's history (the rest is
+    what its program did); each is noted in ``dump.handler_ops``. Returns the other
+    records and their positions in the file."""
+    kept, positions = [], []
+    for i, e in enumerate(entries):
+        sig = marked.get(e.get("record_id")) if isinstance(e, dict) else None
+        if sig is None:
+            kept.append(e)
+            positions.append(i)
+            continue
+        pg = e.get("process_group")
+        name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else "?"
+        seq = e.get("collective_seq_id")
+        dump.handler_ops.append((sig, name, seq if type(seq) is int else -1, i))
+    return kept, positions
 
 
 def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[Any]) -> None:
@@ -297,6 +435,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     dump.last = (names[-1], -1 if last_p2p else seqs[-1], n - 1)
     dump.first_record_id = cols[R_RECORD][0]
     dump.first_created_ns = cols[R_CREATED][0]
+    dump.last_created_ns = max(cols[R_CREATED])
     dump.wrapped = cols[R_RECORD][0] > 0
 
 

@@ -1,4 +1,6 @@
-"""Read the ``.<name><rank>.fatal`` files the recorder leaves when a rank dies in C.
+"""Read the fatal logs the recorder leaves when a rank dies in C.
+
+Named ``.commscope-fatal-<rank>.log`` (``.<name><rank>.fatal`` before: still read).
 
 Python's faulthandler writes them (see :mod:`commscope.flight.out.fatal`): a first line
 such as ``Fatal Python error: Aborted``, then one block per thread::
@@ -8,7 +10,7 @@ such as ``Fatal Python error: Aborted``, then one block per thread::
 
 Algorithm (:func:`read_fatal_logs`):
 
-1. Among the files discovery ignored, take those named ``...<rank>.fatal`` and
+1. Among the files discovery ignored, take those named as above and
    non-empty; read at most :data:`MAX_BYTES` of each as text (undecodable bytes
    replaced): a file is never executed or unpickled.
 2. The error is the first line that starts with ``Fatal Python error`` (else the first
@@ -30,7 +32,7 @@ from commscope.analyze.model import FatalLog
 __all__ = ["read_fatal_logs", "parse_fatal", "MAX_BYTES"]
 
 MAX_BYTES = 256 << 10
-_NAME = re.compile(r"(?P<rank>\d+)\.fatal$")
+_NAME = re.compile(r"(?:^\.commscope-fatal-(?P<rank>\d+)\.log|(?P<old>\d+)\.fatal)$")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S.*)$')
 _BLOCK = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
 
@@ -81,7 +83,7 @@ def read_fatal_logs(paths: Iterable[str]) -> tuple[dict[int, FatalLog], list[str
             continue
         if not raw.strip():
             continue  # armed but never written: the rank did not die in C
-        rank = int(m.group("rank"))
+        rank = int(m.group("rank") or m.group("old"))
         log = parse_fatal(raw.decode("utf-8", "replace"), rank, path)
         if rank not in logs or path < logs[rank].path:
             logs[rank] = log

@@ -61,6 +61,7 @@ from typing import Any
 from commscope.analyze.model import LoadResult, RankDump, SigTable, Unreadable
 from commscope.analyze.read.extract import Declined, DumpError, extract_dump, finish_sigs
 from commscope.analyze.read.fatal import read_fatal_logs
+from commscope.analyze.read.jobs import split_jobs
 from commscope.analyze.read.records import reader_columns
 
 try:  # the optional C reader (built with the package when a compiler is there)
@@ -80,6 +81,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>(?:\.(?:json|pkl|pickle))?(?:\.gz)?)$")
+_FATAL = re.compile(r"(?:^\.commscope-fatal-\d+\.log|\d+\.fatal)$")
+"""The recorder's fatal logs (read by :mod:`.fatal`)."""
+LATER_DIR = "commscope_later"
+"""Where the recorder writes the dumps a rank makes after the first one of an incident
+(``commscope.flight.out.dump``): set aside, the first one is the incident's."""
 _SCRATCH = re.compile(r"\.(tmp|part|partial|swp|lock)\w*$|~$")
 """Half-written files of atomic writers (``rank_0.tmp1234``) are not dumps."""
 _PARALLEL_MIN_FILES = 64
@@ -202,14 +208,19 @@ def discover(
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
         depth = 0 if str(rel_dir) == "." else len(rel_dir.parts)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and depth < _MAX_DEPTH)
+        later = [os.path.join(dirpath, d) for d in dirnames if d == LATER_DIR]
+        for folder in later:  # the later dumps of an incident: the first one is analyzed
+            ignored.extend(os.path.join(folder, f) for f in sorted(os.listdir(folder))
+                           if not f.startswith("."))  # a write cut short is no dump
+        dirnames[:] = sorted(d for d in dirnames
+                             if not d.startswith(".") and d != LATER_DIR and depth < _MAX_DEPTH)
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             rel = name if depth == 0 else (rel_dir / name).as_posix()
             rank = _rank_from_name(name, rel, prefix)
             if rank is _NO_MATCH:
-                if not name.startswith(".") or name.endswith(".fatal"):
-                    ignored.append(full)  # a hidden .fatal is the recorder's fatal log
+                if not name.startswith(".") or _FATAL.search(name):
+                    ignored.append(full)  # a hidden fatal log is the recorder's
                 continue
             candidates.append((full, rank))  # type: ignore[arg-type]
     candidates.sort()
@@ -436,8 +447,13 @@ def load_dumps(
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     end_times: bool = False,
+    world_size: int | None = None,
 ) -> LoadResult:
     """Load every rank's dump under ``path`` (a folder, one file, or a list of files).
+
+    Files of other jobs than the newest (an earlier attempt of a restarted job, a reused
+    folder; :mod:`.jobs`; ``world_size``: the job's size when the user knows it) are
+    set aside in ``LoadResult.other_jobs``, never merged.
 
     ``jobs`` worker processes read files in parallel (default: one per CPU, up to 8,
     when there are at least 64 files or 32 MB of them). ``progress(done, total)`` is
@@ -466,19 +482,23 @@ def load_dumps(
     done = 0
     if progress:
         progress(0, len(files))
+    loaded: list[RankDump] = []
     for batch in _iter_loaded(files, n_jobs, end_times):
         for item in batch:
             if isinstance(item, Unreadable):
                 unreadable.append(item)
             else:
-                finish_sigs(item, table)
-                _share_ranks(item, rank_lists)
-                by_rank.setdefault(item.rank, []).append(item)
-                if item.problems:
-                    unreadable.append(Unreadable(item.path, _partial_text(item), item.rank))
+                loaded.append(item)
         done += len(batch)
         if progress:
             progress(done, len(files))
+    loaded, other_jobs = split_jobs(loaded, world_size)
+    for item in loaded:
+        finish_sigs(item, table)
+        _share_ranks(item, rank_lists)
+        by_rank.setdefault(item.rank, []).append(item)
+        if item.problems:
+            unreadable.append(Unreadable(item.path, _partial_text(item), item.rank))
     dumps: dict[int, RankDump] = {}
     for rank in sorted(by_rank):
         chosen, *others = sorted(by_rank[rank], key=_preference)
@@ -500,7 +520,7 @@ def load_dumps(
     fatal, ignored = read_fatal_logs(ignored)
     ignored = [p for p in ignored if os.path.basename(p) != "watch.json"]  # commscope watch's
     return LoadResult(dumps=dumps, unreadable=unreadable, sigs=table, ignored=ignored, root=root,
-                      fatal=fatal)
+                      fatal=fatal, other_jobs=sorted(other_jobs, key=lambda u: u.file))
 
 
 def _share_ranks(dump: RankDump, seen: dict[Any, Any]) -> None:

@@ -7,9 +7,10 @@ or ``c10d_logger`` wrapper. When every frame is library code, the innermost one 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["Frame", "Place", "user_frame", "user_place"]
+__all__ = ["Frame", "Place", "user_frame", "user_place", "blocked_call", "split_at_handler"]
 
 Frame = tuple[str, str, int]
 """(function name, file name, line)."""
@@ -61,3 +62,35 @@ def user_place(frames: Any) -> Place | None:
     name, filename, line = _as_frame(pick)  # type: ignore[misc]
     code = pick.get("code")
     return (name, filename, line, code if type(code) is str else "")
+
+
+_WAIT_FILES = ("threading.py", "queue.py", "_base.py", "connection.py", "selectors.py",
+               "socket.py", "synchronize.py", "pool.py")
+_WAIT_CALL = re.compile(r"\.(acquire|get|join|wait|result|recv|put)\(|\bwait\(|\bjoin\(")
+
+
+def blocked_call(frames: Any) -> bool:
+    """Whether a thread's stack ends in a blocking call: a lock, a queue, a join, a
+    future, a pipe (its innermost frame is in one of those stdlib modules, or its own
+    line calls one)."""
+    if not isinstance(frames, list) or not frames:
+        return False
+    top = frames[0]
+    if not isinstance(top, dict):
+        return False
+    name = str(top.get("filename", "")).replace("\\", "/").rsplit("/", 1)[-1]
+    if name in _WAIT_FILES:
+        return True
+    code = top.get("code")
+    return type(code) is str and bool(_WAIT_CALL.search(code))
+
+
+def split_at_handler(frames: Any, handlers: set[tuple[str, str]]) -> tuple[Any, Any, int]:
+    """``(handler part, the interrupted program's part, where)`` of a stack that passes
+    through a signal handler (``(name, file)`` pairs); ``where`` is -1 when it does not."""
+    if not isinstance(frames, list) or not handlers:
+        return [], frames, -1
+    for i, f in enumerate(frames[:256]):
+        if isinstance(f, dict) and (f.get("name"), f.get("filename")) in handlers:
+            return frames[:i + 1], frames[i + 1:], i
+    return [], frames, -1

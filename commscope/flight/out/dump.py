@@ -4,23 +4,27 @@ One file per rank, ``<prefix><global rank>``, a pickle of plain dicts, lists, tu
 strings, numbers, booleans and ``None`` in PyTorch's schema "2.10" (so PyTorch's own
 ``fr_trace`` reads it), or the same dict as JSON (``.json``), optionally gzipped
 (``.gz``). A file is written to a hidden temporary name in the same directory
-(``.commscope-<pid>.tmp``, which contains no rank-file prefix), flushed, fsynced and
+(``.commscope-<pid>-<thread>-<n>.tmp``, which contains no rank-file prefix), flushed, fsynced and
 renamed over the final name: a process killed mid-dump leaves either the previous complete
 file or none, never a partial one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import itertools
 import json
 import os
 import pickle
+import re
 import socket
 import threading
 import time
 from typing import Any
 
 from commscope import __version__
+from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
 from commscope.flight.out.threads import exception_record, thread_stacks
 from commscope.flight.record.entry import COMPLETED, entry_to_dict
 from commscope.flight.record.recorder import Recorder
@@ -30,6 +34,8 @@ __all__ = [
     "FORMAT",
     "build_dump",
     "dump_path",
+    "incident_reason",
+    "later_path",
     "serialize",
     "write_atomic",
     "Dumper",
@@ -99,14 +105,32 @@ def build_dump(
     }
     if include_stack_traces:
         out["commscope_threads"] = thread_stacks(rec.config.max_frames)
+        handlers = signal_handler_codes()
+        if handlers:
+            # where a stack passes through one of these, a signal interrupted the program
+            out["commscope_signal_handlers"] = handler_list(handlers)
     if exception is not None:
         out["commscope_exception"] = exception_record(exception, rec.config.max_frames)
+    if rec.job is not None:
+        out["commscope_job"] = dict(rec.job)
+    cache: dict[Any, Any] = {}
+    creations = rec.creations.snapshot()
+    if only_active:
+        creations = [c for c in creations if c.pending]
+    out["commscope_group_creations"] = [c.to_dict(cache, include_stack_traces)
+                                        for c in creations]
     if include_collectives:
-        cache: dict[Any, Any] = {}
         entries = rec.ring.snapshot()
         if only_active:
             entries = [e for e in entries if e.state != COMPLETED]
         out["entries"] = [entry_to_dict(e, cache, include_stack_traces) for e in entries]
+        handlers = signal_handler_codes()
+        if handlers:
+            marked = issued_in_handlers(entries, handlers)
+            if marked:
+                # record id -> signal: issued from a signal handler (Lightning's SIGTERM
+                # handler broadcasts), not where the rank's program stopped
+                out["commscope_signal_records"] = marked
     return out
 
 
@@ -120,6 +144,29 @@ def dump_path(prefix: str, rank: int, dump_format: str = "pickle", compress: boo
     return path
 
 
+LATER_DIR = "commscope_later"
+"""Folder, beside the dumps, of the dumps written after the first one of an incident."""
+_CALM_REASONS = ("api", "request from commscope dump", "signal SIGUSR1")
+
+
+def incident_reason(reason: str) -> bool:
+    """Whether a dump of this reason starts an incident (see :meth:`Dumper.dump`)."""
+    return reason not in _CALM_REASONS
+
+
+def later_path(prefix: str, rank: int, reason: str, dump_format: str = "pickle",
+               compress: bool = False) -> str:
+    """``<dir>/commscope_later/<rank>.<reason>.pkl`` (``.json``, ``.gz``): a name with
+    neither the dump prefix in it nor a number at its end, so that PyTorch's ``fr_trace``
+    (which reads every file whose name contains the prefix) never takes it for a rank's
+    dump, and ours sets the folder aside."""
+    slug = re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-") or "dump"
+    name = f"{rank}.{slug}.{'json' if dump_format == 'json' else 'pkl'}"
+    if compress:
+        name += ".gz"
+    return os.path.join(os.path.dirname(prefix), LATER_DIR, name)
+
+
 def serialize(data: dict[str, Any], dump_format: str = "pickle", compress: bool = False) -> bytes:
     """The bytes of a dump file: pickle (protocol 4) or UTF-8 JSON, maybe gzipped."""
     if dump_format == "json":
@@ -129,6 +176,9 @@ def serialize(data: dict[str, Any], dump_format: str = "pickle", compress: bool 
     else:
         raise ValueError(f"dump_format must be 'pickle' or 'json', got {dump_format!r}")
     return gzip.compress(raw, compresslevel=6) if compress else raw
+
+
+_WRITES = itertools.count()
 
 
 def write_atomic(path: str, data: bytes) -> str:
@@ -142,17 +192,25 @@ def write_atomic(path: str, data: bytes) -> str:
     # The temporary name must not contain the file's own name: PyTorch's fr_trace
     # takes every file whose name contains the prefix ("rank_") and parses the rest
     # as a rank, so a leftover "rank_3.tmp" (process killed mid-dump) would break it.
-    tmp = os.path.join(directory, f".commscope-{os.getpid()}.tmp")
+    # One name per write: two threads of a rank may dump at once (the watchdog's timeout
+    # dump and a signal handler's), and a shared name lets one replace the other's file.
+    tmp = os.path.join(directory, f".commscope-{os.getpid()}-{threading.get_ident()}-"
+                                  f"{next(_WRITES)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     try:
         dir_fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -177,6 +235,8 @@ class Dumper:
         self.count = 0
         self.owner: int | None = None
         """The thread writing a dump right now (``None`` when idle)."""
+        self.incident: str | None = None
+        """The reason of the first incident dump (the one the rank's file keeps)."""
         self.exception: BaseException | None = None
         """The uncaught exception a dump was written for: every later dump of this
         process keeps it (a rank that raised and is then stopped by torchrun's SIGTERM
@@ -193,14 +253,27 @@ class Dumper:
              exception: BaseException | None = None, fatal: bool = False) -> str:
         """Write the dump now and return its absolute path (``exception``: what
         triggered it, kept in the file; ``fatal``: it ends the process, so every later
-        dump keeps it too)."""
+        dump keeps it too).
+
+        The first dump of an incident (any reason but an ``api`` call, a ``commscope
+        dump`` request or SIGUSR1, which ask for a dump on demand: a timeout, an error,
+        SIGTERM, an exception, another rank's request) keeps the rank's file; later
+        dumps of this process go beside it, into ``commscope_later/<rank>.<reason>.<ext>``
+        (:func:`later_path`), so the state at the hang is never replaced by the state on
+        the way down.
+        """
         cfg = self.rec.config
         fmt = dump_format or cfg.dump_format
-        if path is None:
-            path = self.path(fmt)
         with self._lock:
             self.owner = threading.get_ident()
             try:
+                if path is None:
+                    path = self.path(fmt)
+                    if self.incident is not None:
+                        path = later_path(cfg.dump_prefix, _rank(self.rec), reason, fmt,
+                                          cfg.compress)
+                    elif incident_reason(reason):
+                        self.incident = reason
                 if exception is not None and fatal and self.exception is None:
                     self.exception = exception
                 kept = exception or self.exception

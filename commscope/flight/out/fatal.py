@@ -5,8 +5,10 @@ gloo aborts a rank that receives a message of another size than it posted (a C++
 rank the same way. No Python code runs after that, so no dump is written and the ring
 is lost. Python's :mod:`faulthandler` writes every thread's Python stack from a C
 signal handler, async-signal-safe, at no cost while nothing goes wrong: armed here into
-``.<dump file name>.fatal`` beside the dumps (``commscope_traces/.rank_3.fatal``), opened
-when recording starts. The analyzer reads it beside
+``.commscope-fatal-<rank>.log`` beside the dumps (``commscope_traces/
+.commscope-fatal-3.log``), opened when recording starts. The name holds neither the dump
+prefix nor a trailing number, so PyTorch's ``fr_trace``, which reads every file whose
+name contains the prefix as a rank's dump, passes it by. The analyzer reads it beside
 the dumps and says where the dead rank was (and, when a surviving rank waits in the same
 call with a size of its own, that the dead rank is the victim of a mismatch).
 
@@ -27,16 +29,16 @@ __all__ = ["arm", "disarm", "fatal_path", "SUFFIX"]
 
 logger = logging.getLogger(__name__)
 
-SUFFIX = ".fatal"
+SUFFIX = ".log"
 _armed: dict[str, IO[bytes] | str | None] = {"file": None, "path": None}
 
 
 def fatal_path(prefix: str, rank: int) -> str:
-    """``<dir>/.<name><rank>.fatal`` for ``dump_prefix`` ``<dir>/<name>``: hidden, so a
-    rank killed by a signal (no chance to remove the empty file) leaves no visible
+    """``<dir>/.commscope-fatal-<rank>.log`` for ``dump_prefix`` ``<dir>/<name>``: hidden,
+    so a rank killed by a signal (no chance to remove the empty file) leaves no visible
     clutter beside the dumps."""
-    directory, name = os.path.split(prefix)
-    return os.path.join(directory, f".{name}{rank}{SUFFIX}")
+    directory = os.path.dirname(prefix)
+    return os.path.join(directory, f".commscope-fatal-{rank}{SUFFIX}")
 
 
 def arm(prefix: str, rank: int) -> str | None:

@@ -24,9 +24,11 @@ import time
 from typing import Any
 
 from commscope.flight.out import progress
+from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
 from commscope.flight.out.threads import walk_stack
 from commscope.flight.record.entry import COMPLETED, frame_dicts
 from commscope.flight.record.recorder import Recorder
+from commscope.flight.record.stack import trim_to_user
 
 __all__ = ["Publisher", "root_store", "store_address", "set_step", "TOKEN_ENV", "FILE_ENV"]
 
@@ -36,6 +38,8 @@ TOKEN_ENV = "COMMSCOPE_WATCH_TOKEN"
 FILE_ENV = "COMMSCOPE_WATCH_FILE"
 _MAIN_FRAMES = 12
 _MAX_UNFINISHED = 32
+_P2P_HISTORY = 12
+"""The newest send/recv records every progress record keeps."""
 _step: dict[str, Any] = {"value": None}
 
 
@@ -63,6 +67,58 @@ def store_address(store: Any) -> str | None:
         return None
 
 
+class P2PChannels:
+    """How many sends and recvs this rank has issued on each channel (group, op, peer),
+    and each recent op's place on its channel (its ordinal), counted as the ring fills.
+
+    A progress record holds a few records only; with these the watcher pairs the k-th
+    send of one rank with the k-th recv of its peer as the analysis of full dumps does.
+    When the ring dropped records between two looks (or had wrapped before the first),
+    the counts are not the job's own any more and are left out."""
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, str, int], int] = {}
+        self.ordinals: dict[int, int] = {}
+        self.seen = -1
+        self.exact = True
+
+    def update(self, entries: list[Any]) -> None:
+        """Count the records not seen before (``entries``: the ring, oldest first)."""
+        if not self.exact or not entries:
+            return
+        if entries[0].record_id > self.seen + 1:
+            self.exact = False  # records went by unseen: no count is whole any more
+            return
+        for e in entries:
+            if e.record_id <= self.seen:
+                continue
+            if e.is_p2p and isinstance(e.peer, int) and e.peer >= 0:
+                key = (e.pg_name, _p2p_op(e.profiling_name), e.peer)
+                self.ordinals[e.record_id] = self.totals.get(key, 0)
+                self.totals[key] = self.totals.get(key, 0) + 1
+        self.seen = entries[-1].record_id
+        oldest = entries[0].record_id
+        if self.ordinals and min(self.ordinals) < oldest:
+            self.ordinals = {k: v for k, v in self.ordinals.items() if k >= oldest}
+
+    def fields(self, kept: list[Any]) -> dict[str, Any]:
+        """``commscope_p2p_channels`` and ``commscope_p2p_ordinals`` for a record holding
+        ``kept`` (nothing when the counts are not exact, or no send/recv was issued)."""
+        if not self.exact or not self.totals:
+            return {}
+        ordinals = {str(e.record_id): self.ordinals[e.record_id] for e in kept
+                    if e.record_id in self.ordinals}
+        return {"commscope_p2p_channels": [[g, op, peer, n] for (g, op, peer), n
+                                           in sorted(self.totals.items())],
+                "commscope_p2p_ordinals": ordinals}
+
+
+def _p2p_op(profiling_name: str) -> str:
+    """``send`` or ``recv`` of a profiling name such as ``gloo:send 0->1``."""
+    name = profiling_name.partition(":")[2] or profiling_name
+    return name.split(" ", 1)[0]
+
+
 class Publisher:
     """Publishes this rank's progress record every ``interval_s`` (see module doc)."""
 
@@ -83,6 +139,7 @@ class Publisher:
         self._version = 0
         self._last_content = b""
         """Wall time spent publishing so far (building, encoding, the store calls)."""
+        self._channels = P2PChannels()
 
     def _client(self) -> Any:
         source = self.rec.store
@@ -211,6 +268,10 @@ class Publisher:
                 chosen.add(i)
                 if len(seen) >= wanted:
                     break
+        # the newest send/recv ops: a pipeline stage's schedule shows where it broke
+        p2p = [i for i in range(n - 1, -1, -1) if entries[i].is_p2p][:_P2P_HISTORY]
+        chosen.update(p2p)
+        self._channels.update(entries)
         keep = [entries[i] for i in sorted(chosen)]
         cache: dict[Any, Any] = {}
         table: list[dict[str, Any]] = []
@@ -218,7 +279,7 @@ class Publisher:
         out_entries = []
         for e in keep:
             refs = []
-            for frame in frame_dicts(e.frames[:2 * progress.RECORD_FRAMES], cache):
+            for frame in frame_dicts(trim_to_user(e.frames, progress.RECORD_FRAMES), cache):
                 at = index.get(id(frame))
                 if at is None:
                     at = index[id(frame)] = len(table)
@@ -235,7 +296,15 @@ class Publisher:
             ])
         main = threading.main_thread().ident
         frame = sys._current_frames().get(main) if main is not None else None
-        return {
+        handlers = signal_handler_codes()
+        signals: dict[str, Any] = {}
+        if handlers:  # a collective issued from a signal handler is not where it stopped
+            signals["commscope_signal_handlers"] = handler_list(handlers)
+            marked = issued_in_handlers(keep, handlers)
+            if marked:
+                signals["commscope_signal_records"] = marked
+        channels = self._channels.fields(keep)
+        return {**signals, **channels,
             "commscope_watch": progress.VERSION,
             "rank": rec.global_rank,
             "world_size": rec.world_size,
@@ -249,4 +318,7 @@ class Publisher:
             "commscope_threads": [{"name": "MainThread", "main": True,
                                    "frames": walk_stack(frame, _MAIN_FRAMES)}],
             "commscope_step": _step["value"],
+            # the groups being created now (a member that never comes blocks them)
+            "commscope_group_creations": [
+                c.to_dict(cache) for c in rec.creations.pending()[:_MAX_UNFINISHED]],
         }

@@ -5,9 +5,10 @@ collective (its data loader, a checkpoint write, a slow host) its records only s
 what it did last. So every commscope dump also carries:
 
 * ``commscope_threads``: each live thread's current Python stack, innermost first,
-  at most ``max_frames`` frames and :data:`MAX_THREADS` threads (the main thread
-  first). Read from :func:`sys._current_frames` under the GIL: the process is never
-  stopped or signalled, and a thread blocked in C (a gloo wait, ``time.sleep``) shows
+  at most ``max_frames`` frames (and, when those are all torch's, the innermost user
+  frames beyond them) and :data:`MAX_THREADS` threads (the main thread first). Read
+  from :func:`sys._current_frames` under the GIL: the process is never stopped or
+  signalled, and a thread blocked in C (a gloo wait, ``time.sleep``) shows
   the Python line that called it. commscope's own watchdog threads are left out.
 * ``commscope_exception``: when the dump was triggered by an exception (an uncaught
   one, or ``flight.dump(exception=e)`` from an ``except`` block), its type, message
@@ -26,6 +27,8 @@ import threading
 import traceback
 from types import FrameType, TracebackType
 from typing import Any
+
+from commscope.flight.record.stack import USER_FRAMES, is_library
 
 __all__ = ["thread_stacks", "exception_record", "walk_stack", "MAX_THREADS", "MAX_CODE_CHARS",
            "MAX_MESSAGE_CHARS", "OWN_THREAD_PREFIX"]
@@ -53,10 +56,23 @@ def walk_stack(frame: FrameType | None, limit: int) -> list[dict[str, Any]]:
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == _OWN_DIR:
         frame = frame.f_back
     out = []
+    user = False
     while frame is not None and len(out) < limit:
         code = frame.f_code
         out.append(_frame_dict(code.co_filename, frame.f_lineno or 0, code.co_name))
+        user = user or not is_library(code)
         frame = frame.f_back
+    if frame is not None and not user:
+        # deep inside torch (a collective of FSDP2 or DTensor): walk on to the user's
+        # own lines, as the recorder's records do (commscope.flight.record.stack)
+        kept = walked = 0
+        while frame is not None and kept < USER_FRAMES and walked < 256:
+            code = frame.f_code
+            if not is_library(code):
+                out.append(_frame_dict(code.co_filename, frame.f_lineno or 0, code.co_name))
+                kept += 1
+            frame = frame.f_back
+            walked += 1
     return out
 
 

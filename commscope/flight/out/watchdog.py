@@ -39,6 +39,7 @@ from typing import Any
 
 from commscope.flight.out import fatal
 from commscope.flight.out.dump import Dumper
+from commscope.flight.out.handlers import chain_handler
 from commscope.flight.out.publish import Publisher, root_store
 from commscope.flight.record.recorder import Recorder
 
@@ -92,6 +93,7 @@ class Watchdog:
         self._pipe: tuple[int, int] | None = None
         self._old_wakeup_fd: int | None = None
         self._prev_handlers: dict[int, Any] = {}
+        self._reported_creations: set[int] = set()
         self._last_signal_dump: dict[int, tuple[float, threading.Event | None]] = {}
         self._handler_ran: dict[int, float] = {}
         self._deferred_signals: list[int] = []
@@ -170,10 +172,15 @@ class Watchdog:
         if rec.polled:
             rec.poll()
         if self.config.dump_on_timeout:
-            overdue = rec.overdue(time.time_ns(), self.config.timeout_s)
+            now = time.time_ns()
+            overdue = rec.overdue(now, self.config.timeout_s)
             fresh = [e for e in overdue if e.record_id not in self._reported]
-            if fresh:
+            # a group creation that never ends (a member never came) is a hang too
+            stuck = rec.overdue_creations(now, self.config.timeout_s)
+            fresh_creations = [c for c in stuck if c.seq not in self._reported_creations]
+            if fresh or fresh_creations:
                 self._reported.update(e.record_id for e in overdue)
+                self._reported_creations.update(c.seq for c in stuck)
                 self._safe_dump("timeout")
                 self._post_request("timeout")
         if rec.failed_collectives > self._errors_seen:
@@ -259,6 +266,7 @@ class Watchdog:
                 self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):
                 continue
+            chain_handler(sig, self._prev_handlers[sig])
         try:
             r, w = os.pipe()
             os.set_blocking(r, False)

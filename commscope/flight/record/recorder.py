@@ -40,11 +40,12 @@ from typing import Any
 from commscope.collectives import normalize_dtype_name
 from commscope.compat import has, work_failed
 from commscope.flight.config import FlightConfig
+from commscope.flight.record.creations import Creation, Creations
 from commscope.flight.record.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.record.groups import POLLED_BACKENDS, GroupInfo
 from commscope.flight.record.marks import StreamMark, release_mark, stream_mark
 from commscope.flight.record.ring import Ring
-from commscope.flight.record.stack import capture_stack
+from commscope.flight.record.stack import capture_to_user
 from commscope.flight.record.work import TrackedWork, WaitedWork
 
 __all__ = ["Recorder", "SLOT", "Describe"]
@@ -123,6 +124,10 @@ class Recorder:
         self.world_size = -1
         self.store: Any = None
         """The default group's store (dump requests travel through it)."""
+        self.creations = Creations()
+        """The groups this rank created or is creating (:mod:`.creations`)."""
+        self.job: dict[str, Any] | None = None
+        """This rank's job identity once the default group exists (:mod:`.job`)."""
         self.failed_collectives = 0
         """How many works completed with an error (the watchdog dumps on a new one)."""
         self._timing = config.timing
@@ -310,7 +315,7 @@ class Recorder:
                 caller: Any = _getframe(3)
             except ValueError:
                 caller = None
-            e.frames = capture_stack(caller, self._max_frames)
+            e.frames = capture_to_user(caller, self._max_frames)
             ring = self.ring
             with ring.lock:
                 rid = ring._written
@@ -528,6 +533,16 @@ class Recorder:
         excess = len(self.pending) - self._pending_cap // 2
         for rid in list(self.pending)[:excess]:
             self.pending.pop(rid, None)
+
+    def overdue_creations(self, now_ns: int, timeout_s: float | None) -> list[Creation]:
+        """Group creations unfinished for longer than ``timeout_s`` (default: the
+        group's own timeout)."""
+        out = []
+        for c in self.creations.pending():
+            limit_ns = int(timeout_s * 1e9) if timeout_s is not None else c.timeout_ns
+            if now_ns - c.start_ns > limit_ns:
+                out.append(c)
+        return out
 
     def overdue(self, now_ns: int, timeout_s: float | None) -> list[Entry]:
         """Pending entries older than their timeout (``timeout_s`` overrides it)."""

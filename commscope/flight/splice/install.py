@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +34,10 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commscope.compat import backend_name, has
-from commscope.flight.record.recorder import SLOT
+from commscope.flight.record.creations import Creation
+from commscope.flight.record.job import job_identity
+from commscope.flight.record.recorder import SLOT, Recorder
+from commscope.flight.record.stack import capture_to_user
 from commscope.flight.splice.backend import RecordingProcessGroup, timeout_ms
 from commscope.flight.splice.selfcheck import splice_missed
 
@@ -100,24 +104,59 @@ def attach_inner(pg: Any, store: Any) -> None:
     pg._commscope_inner = inner
 
 
+def _creation_started(rec: Recorder, bound: dict[str, Any]) -> Creation | None:
+    """Note the creation of a group this rank is a member of (``None`` for a rank that
+    only passes through: torch calls the helper on non-members too)."""
+    if bound.get("group_rank") is None:
+        return None
+    ranks = list(bound.get("global_ranks_in_group") or [])
+    is_default = not ranks
+    if is_default:
+        ranks = list(range(int(bound["group_size"])))
+        # known before the rendezvous: a rank blocked in it can dump and ask others to
+        rec.global_rank = int(bound["group_rank"])
+        rec.world_size = len(ranks)
+        rec.store = bound.get("store")
+    try:
+        caller: Any = sys._getframe(2)
+    except ValueError:
+        caller = None
+    return rec.creations.started(
+        str(bound.get("group_name") or ""), str(bound.get("group_desc") or ""), ranks,
+        capture_to_user(caller, rec.config.max_frames),
+        timeout_ms(bound.get("timeout")) * 1_000_000)
+
+
 def _patched_helper(*args: Any, **kwargs: Any) -> Any:
     original = _originals["_new_process_group_helper"]
     rec = SLOT.rec
     if rec is None:
         return original(*args, **kwargs)
+    creation = None
+    try:
+        bound = inspect.signature(original).bind(*args, **kwargs).arguments
+        creation = _creation_started(rec, bound)
+    except Exception as exc:
+        rec.fail(exc)
+        bound = {}
     with _lock:
         c10d.ProcessGroup = _ProcessGroupFactory  # type: ignore[misc]
         try:
             result = original(*args, **kwargs)
+        except BaseException:
+            if creation is not None:
+                rec.creations.ended(creation, failed=True)
+            raise
         finally:
             c10d.ProcessGroup = _REAL_PG  # type: ignore[misc]
+    if creation is not None:
+        rec.creations.ended(creation)
     pg = result[0] if isinstance(result, tuple) and result else None
     if isinstance(pg, _REAL_PG) and not isinstance(pg, RecordingProcessGroup):
         splice_missed(pg)  # loud: logs an error, raises under commscope run
     try:
         if isinstance(pg, RecordingProcessGroup) and getattr(pg, "_commscope_info", None) is None:
             attach_inner(pg, result[1])
-            bound = inspect.signature(original).bind(*args, **kwargs).arguments
             ranks = list(bound.get("global_ranks_in_group") or [])
             group_rank = int(bound["group_rank"])
             is_default = not ranks
@@ -134,6 +173,7 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
                 rec.global_rank = group_rank
                 rec.world_size = len(ranks)
                 rec.store = bound.get("store")
+                rec.job = job_identity(rec.store, rec.world_size)
     except Exception as exc:
         rec.fail(exc)
     return result
