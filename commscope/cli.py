@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from commscope import __version__
-from commscope.compat import TorchMissing, need_torch
+from commscope.compat import TorchMissing, TorchTooOld, need_torch
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -633,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except TorchMissing as exc:
+    except (TorchMissing, TorchTooOld) as exc:
         print(f"commscope {args.command}: {exc}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -33,8 +34,10 @@ from functools import cache
 from typing import Any
 
 __all__ = [
+    "ALLOW_OLD_ENV",
     "DIFFERENCES",
     "FLOOR",
+    "NEWEST_MEASURED",
     "Difference",
     "TorchMissing",
     "TorchTooOld",
@@ -51,6 +54,7 @@ __all__ = [
     "torch_version",
     "work_failed",
     "torch_release",
+    "warn_if_newer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,8 +75,17 @@ class TorchMissing(ImportError):
 _WITHOUT_TORCH = "commscope analyze, view, diff and mesh work without it"
 
 
+NEWEST_MEASURED = "2.14"
+"""The newest torch release the matrix of docs/compat.md ran on."""
+
+ALLOW_OLD_ENV = "COMMSCOPE_ALLOW_OLD_TORCH"
+"""``=1`` lets the torch-using parts run on a torch older than :data:`FLOOR` (unmeasured:
+how far back each part goes is in docs/compat.md), with a warning instead of the refusal."""
+
+
 def need_torch(feature: str) -> None:
-    """Raise :class:`TorchMissing` unless torch imports; warn once below :data:`FLOOR`.
+    """Raise :class:`TorchMissing` unless torch imports, :class:`TorchTooOld` when it is
+    older than :data:`FLOOR` (unless :data:`ALLOW_OLD_ENV` is ``1``).
 
     ``pip install commscope`` does not install torch (the analyzer needs none): the
     recorder, the tracer and the live mesh run on the torch the job already has.
@@ -85,16 +98,42 @@ def need_torch(feature: str) -> None:
             f"environment ({sys.executable}). Install the torch your job runs (pip "
             f"install torch, or pip install 'commscope[torch]'); {_WITHOUT_TORCH}."
         ) from None
-    _warn_if_older(str(torch.__version__))
+    _check_floor(str(torch.__version__), feature)
+
+
+def _check_floor(version: str, feature: str) -> None:
+    if release(version) >= release(FLOOR):
+        return
+    if os.environ.get(ALLOW_OLD_ENV, "") == "1":
+        _warn_old(version)
+        return
+    raise TorchTooOld(
+        f"{feature} runs on torch {FLOOR} or newer; this environment has torch {version}. "
+        f"Releases before {FLOOR} are not supported (docs/compat.md says how far back each "
+        f"part was measured; {ALLOW_OLD_ENV}=1 runs it anyway, unsupported); "
+        f"{_WITHOUT_TORCH}, on any torch or none.")
 
 
 @cache
-def _warn_if_older(version: str) -> None:
-    if release(version) < release(FLOOR):
-        logger.warning(
-            "commscope: torch %s is older than the oldest release commscope is measured "
-            "on (%s, docs/compat.md); recording and tracing may miss collectives",
-            version, FLOOR)
+def _warn_old(version: str) -> None:
+    logger.warning(
+        "commscope: torch %s is older than %s, the oldest release commscope supports "
+        "(%s=1): recording and tracing may miss collectives (docs/compat.md)",
+        version, FLOOR, ALLOW_OLD_ENV)
+
+
+@cache
+def warn_if_newer(version: str) -> bool:
+    """Warn once when ``version`` is newer than :data:`NEWEST_MEASURED` (called when the
+    self-check passed on it: it works, but no matrix measured it). Returns whether it
+    warned."""
+    if release(version) <= release(NEWEST_MEASURED):
+        return False
+    logger.warning(
+        "commscope: torch %s is newer than the releases commscope is measured on (%s to "
+        "%s, docs/compat.md); its self-check passed, so recording is on",
+        version, FLOOR, NEWEST_MEASURED)
+    return True
 
 
 @dataclass(frozen=True)

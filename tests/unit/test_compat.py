@@ -88,3 +88,37 @@ def test_docs_list_every_difference():
     assert set(rows) == set(compat.DIFFERENCES), "docs/compat.md's table of differences"
     for key, releases in rows.items():
         assert releases.strip() == compat.DIFFERENCES[key].releases, key
+
+
+def test_a_torch_older_than_the_floor_is_refused_by_name(monkeypatch):
+    monkeypatch.delenv(compat.ALLOW_OLD_ENV, raising=False)
+    with pytest.raises(compat.TorchTooOld) as err:
+        compat._check_floor("2.5.1+cpu", "the flight recorder")
+    text = str(err.value)
+    assert "torch 2.5.1+cpu" in text and f"torch {compat.FLOOR} or newer" in text
+    assert compat.ALLOW_OLD_ENV in text and "analyze" in text
+    compat._check_floor(f"{compat.FLOOR}.0", "the flight recorder")  # the floor itself runs
+
+
+def test_allowing_an_old_torch_warns_instead(monkeypatch, caplog):
+    monkeypatch.setenv(compat.ALLOW_OLD_ENV, "1")
+    with caplog.at_level("WARNING", logger="commscope.compat"):
+        compat._check_floor("2.4.1", "the flight recorder")
+    assert "2.4.1 is older than" in caplog.text
+
+
+def test_a_torch_newer_than_measured_warns_once(caplog):
+    compat.warn_if_newer.cache_clear()
+    with caplog.at_level("WARNING", logger="commscope.compat"):
+        assert compat.warn_if_newer("2.99.0") is True
+        assert compat.warn_if_newer("2.99.0") is True  # cached: logged once
+        assert compat.warn_if_newer(f"{compat.NEWEST_MEASURED}.1") is False
+    assert caplog.text.count("2.99.0 is newer than") == 1
+    assert f"{compat.FLOOR} to {compat.NEWEST_MEASURED}" in caplog.text
+
+
+def test_the_newest_measured_release_is_the_matrix_newest():
+    from tests.matrix import FLOOR, NEWEST
+
+    assert compat.release(NEWEST) == compat.release(compat.NEWEST_MEASURED)
+    assert compat.release(FLOOR) == compat.release(compat.FLOOR)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from commscope import probe
+from commscope import compat, probe
 
 __all__ = ["CommUnsupported", "torch_internal", "require_comm"]
 
@@ -52,4 +52,5 @@ def require_comm() -> None:
             f"commscope.comm cannot trace on torch {result.torch_version}: a throw-away "
             f"one-rank job's CommDebugMode missed {'; '.join(result.comm_missing)}. "
             f"{probe.TESTED}")
+    compat.warn_if_newer(result.torch_version)
     _proven.append(True)

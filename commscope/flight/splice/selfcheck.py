@@ -25,7 +25,7 @@ import logging
 import os
 from typing import Any
 
-from commscope import probe
+from commscope import compat, probe
 
 __all__ = ["RecorderUnsupported", "check_torch", "splice_missed", "require_flight",
            "STRICT_ENV", "REQUIRED"]
@@ -109,4 +109,5 @@ def require_flight() -> None:
             f"commscope flight cannot record on torch {result.torch_version}: a throw-away "
             f"one-rank job recorded nothing for {'; '.join(result.flight_missing)}. "
             f"Nothing would be recorded, so recording was not started. {probe.TESTED}")
+    compat.warn_if_newer(result.torch_version)
     _proven.append(True)
