@@ -38,7 +38,8 @@ FLOOR, NEWEST = RELEASES[0], RELEASES[-1]
 CELLS = ([("3.11", t) for t in RELEASES]
          + [(p, t) for p in ("3.10", "3.13") for t in (FLOOR, NEWEST)])
 """The documented matrix (docs/compat.md)."""
-SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_mesh_gloo.py",
+SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_flight_teardown.py",
+             "tests/dist/test_mesh_gloo.py",
              "tests/dist/test_comm_gloo.py", "tests/dist/test_comm_pipeline.py",
              "tests/unit/test_compat.py",
              "tests/unit/test_flight_record.py",
@@ -50,7 +51,8 @@ SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_mesh_gloo.py",
 """The version-sensitive tests. The forked-rank files come first: on torch's CUDA builds
 a rank forked after the test process itself ran a backward pass cannot use autograd
 ("Autograd and Fork"), and the unit files run backward passes in-process."""
-BACK = ["tests/dist/test_flight_jobs.py", "tests/dist/test_flight_run.py",
+BACK = ["tests/dist/test_flight_jobs.py", "tests/dist/test_flight_teardown.py",
+        "tests/dist/test_flight_run.py",
         "tests/dist/test_watch_jobs.py", "tests/dist/test_mesh_gloo.py",
         "tests/unit/test_flight_record.py", "tests/unit/test_flight_ring.py",
         "tests/unit/test_flight_dump.py", "tests/unit/test_flight_config.py",

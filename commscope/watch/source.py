@@ -25,7 +25,11 @@ Algorithm (:class:`StoreSource`):
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -35,12 +39,14 @@ from commscope.watch.address import (
     DEFAULT_WATCH_FILE,
     Address,
     WatchError,
+    check_listening,
     parse_address,
     reachable_host,
     read_watch_file,
 )
 
 __all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
+           "quiet_native_stderr",
            "Fetched", "Beat", "DEFAULT_WATCH_FILE"]
 
 _CONNECT_TRY_S = 1.0
@@ -111,12 +117,16 @@ class StoreSource:
             attempts = max(1, int(self._timeout_s / _CONNECT_TRY_S))
             for attempt in range(attempts):
                 try:
-                    self._store = TCPStore(host, self.address.port, is_master=False,
-                                           timeout=timedelta(seconds=_CONNECT_TRY_S),
-                                           wait_for_workers=False)
+                    with quiet_native_stderr():
+                        self._store = TCPStore(host, self.address.port, is_master=False,
+                                               timeout=timedelta(seconds=_CONNECT_TRY_S),
+                                               wait_for_workers=False)
                     self._store.set_timeout(timedelta(seconds=self._timeout_s))
                     break
                 except Exception as exc:
+                    # a job that ends while we connect (its dying process still held the
+                    # port when we looked) is told as ended, not as a timeout
+                    check_listening(self.address)
                     if attempt == attempts - 1:
                         raise WatchError(f"cannot reach the job's store at {self.address}: "
                                          f"{_short(exc)} (has the job ended?)") from None
@@ -255,6 +265,25 @@ class StoreSource:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
         it next publishes); return the request's number."""
         return int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
+
+
+@contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Send what C++ code writes to file descriptor 2 nowhere while the block runs.
+
+    torch's store client logs each failed connect at error level, with a C++ stack
+    (``TORCH_CPP_LOG_LEVEL`` cannot silence errors): the failure itself reaches us as an
+    exception, which we word in one sentence.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _short(exc: BaseException) -> str:

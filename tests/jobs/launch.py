@@ -51,6 +51,19 @@ class Job:
             except ProcessLookupError:
                 pass
         self.proc.wait(10)
+        # the others are not our children: wait until each is gone (or a zombie, whose
+        # sockets are closed), so a test that follows sees the job ended, not dying
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_running(pid) for pid in doomed):
+            time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def descendants(pid: int) -> list[int]:

@@ -11,7 +11,7 @@ recording is enabled we wrap the helper so that, for the length of the call, the
 itself: backends, name, description, registry, default group. No backend object is
 replaced and the group's identity never changes afterwards.
 
-Two more patches keep behaviour identical for recording groups:
+More patches keep behaviour identical for recording groups:
 
 * ``batch_isend_irecv`` coalesces only when ``type(group) is ProcessGroup``; for a
   recording group on a backend that coalesces (NCCL) we run the same coalescing path,
@@ -19,14 +19,20 @@ Two more patches keep behaviour identical for recording groups:
 * ``ProcessGroup.split_group`` (NCCL splitting) returns a plain group built in C++;
   :func:`commscope.flight.splice.backend.adopt` re-registers its backends on a recording
   group.
+* on torch before 2.8, whose process-group binding destroys a group while holding the
+  GIL, ``destroy_process_group`` (and the end of the interpreter) first lets gloo's
+  worker threads finish without the GIL: see :func:`let_workers_finish`.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import inspect
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +47,8 @@ from commscope.flight.record.stack import capture_to_user
 from commscope.flight.splice.backend import RecordingProcessGroup, timeout_ms
 from commscope.flight.splice.selfcheck import splice_missed
 
-__all__ = ["install", "uninstall", "installed", "attach_inner", "existing_groups"]
+__all__ = ["install", "uninstall", "installed", "attach_inner", "existing_groups",
+           "let_workers_finish", "WORKER_GRACE_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +221,31 @@ def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
         info.batch_p2p_seq = None
 
 
+WORKER_GRACE_S = 0.05
+"""How long :func:`let_workers_finish` waits without the GIL (torch before 2.8)."""
+
+_exit_hook: list[bool] = []
+
+
+def let_workers_finish() -> None:
+    """Wait :data:`WORKER_GRACE_S` without the GIL when groups exist, on torch before 2.8.
+
+    There, a group is destroyed with the GIL held, and gloo's destructor joins its worker
+    threads; a worker still releasing a finished work whose tensor's Python object died
+    first needs the GIL to free it, so both wait for good (PyTorch fixed the binding in
+    2.8). torch alone meets this about once in a dozen 2-rank jobs that end with
+    ``destroy_process_group``; our Python around each collective made it more than half
+    of them on 2.7.1. Sleeping hands the GIL to those workers first.
+    """
+    if not has("pg_destructor_releases_gil") and c10d.is_initialized():
+        time.sleep(WORKER_GRACE_S)
+
+
+def _patched_destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+    let_workers_finish()
+    return _originals["destroy_process_group"](*args, **kwargs)
+
+
 def install() -> None:
     """Patch ``torch.distributed`` so groups created from now on are recorded."""
     with _lock:
@@ -225,6 +257,15 @@ def install() -> None:
         c10d._new_process_group_helper = _patched_helper
         c10d.batch_isend_irecv = _patched_batch_isend_irecv
         dist.batch_isend_irecv = _patched_batch_isend_irecv  # type: ignore[attr-defined]
+        if not has("pg_destructor_releases_gil"):
+            _originals["destroy_process_group"] = c10d.destroy_process_group
+            functools.update_wrapper(_patched_destroy_process_group,
+                                     _originals["destroy_process_group"])
+            c10d.destroy_process_group = _patched_destroy_process_group
+            dist.destroy_process_group = _patched_destroy_process_group  # type: ignore[attr-defined]
+            if not _exit_hook:  # groups left to the end of the interpreter: the same wait
+                atexit.register(let_workers_finish)
+                _exit_hook.append(True)
 
 
 def uninstall() -> None:
@@ -236,6 +277,10 @@ def uninstall() -> None:
         _restore(c10d, "batch_isend_irecv", _patched_batch_isend_irecv)
         if dist.batch_isend_irecv is _patched_batch_isend_irecv:  # type: ignore[attr-defined]
             dist.batch_isend_irecv = _originals["batch_isend_irecv"]  # type: ignore[attr-defined]
+        if "destroy_process_group" in _originals:
+            _restore(c10d, "destroy_process_group", _patched_destroy_process_group)
+            if dist.destroy_process_group is _patched_destroy_process_group:  # type: ignore[attr-defined]
+                dist.destroy_process_group = _originals["destroy_process_group"]  # type: ignore[attr-defined]
         _originals.clear()
 
 
