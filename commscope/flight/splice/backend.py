@@ -105,14 +105,26 @@ class RecordingProcessGroup(_PG):
     :func:`commscope.flight.splice.install.attach_inner`.
     """
 
+    _commscope_options: Any = None
+    """torch before 2.6 builds a group with ``(store, rank, size, options)``: the options,
+    for the plain twin (:func:`commscope.flight.splice.install.attach_inner`)."""
+
+    def __new__(cls, *args: Any) -> Any:
+        """A :class:`_LegacyRecordingProcessGroup` for torch 2.5's four arguments."""
+        if len(args) == 4 and cls is RecordingProcessGroup:  # torch 2.5 and older
+            cls = _LegacyRecordingProcessGroup
+        return super().__new__(cls)
+
     def __init__(self, *args: Any) -> None:
-        if len(args) == 3:
+        if len(args) == 4:  # torch 2.5 and older
+            _store, rank, size, self._commscope_options = args
+        elif len(args) == 3:
             _store, rank, size = args
         elif len(args) == 2:
             rank, size = args
         else:
             raise TypeError(
-                f"RecordingProcessGroup takes (store, rank, size) or (rank, size), "
+                f"RecordingProcessGroup takes (store, rank, size[, options]) or (rank, size), "
                 f"got {len(args)} arguments"
             )
         super().__init__(int(rank), int(size))
@@ -490,3 +502,13 @@ def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any =
     except Exception as exc:
         logger.warning("commscope flight: cannot record split group %r: %r", pg, exc)
         return pg
+
+
+class _LegacyRecordingProcessGroup(RecordingProcessGroup):
+    """A recording group on torch 2.5 and older (built with ``options``, unsupported:
+    ``COMMSCOPE_ALLOW_OLD_TORCH``): there a Python subclass must name its backend itself
+    (the base class's ``getBackendName`` is pure virtual), and it is the options'."""
+
+    def getBackendName(self) -> str:
+        """The backend's name, from the options torch built the group with."""
+        return str(self._commscope_options.backend)

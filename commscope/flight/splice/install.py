@@ -91,17 +91,20 @@ def attach_inner(pg: Any, store: Any) -> None:
     same backend objects registered, the same default backend, bound device, name and
     description; the c10d dispatcher cannot tell the two apart.
     """
-    inner = (
-        _REAL_PG(store, pg.rank(), pg.size())
-        if store is not None
-        else _REAL_PG(pg.rank(), pg.size())
-    )
+    options = pg._commscope_options
+    if store is None:
+        inner = _REAL_PG(pg.rank(), pg.size())
+    elif options is not None:  # torch 2.5 and older
+        inner = _REAL_PG(store, pg.rank(), pg.size(), options)
+    else:
+        inner = _REAL_PG(store, pg.rank(), pg.size())
     if pg.bound_device_id is not None:
         inner.bound_device_id = pg.bound_device_id
     type_map = dist.Backend.backend_type_map
     custom = _REAL_PG.BackendType.CUSTOM
     default = str(pg._get_backend_name()).lower()
-    inner._set_default_backend(type_map.get(default, custom))
+    if hasattr(inner, "_set_default_backend"):  # before 2.6: set by the options
+        inner._set_default_backend(type_map.get(default, custom))
     for device in pg._device_types:
         backend = pg._get_backend(device)
         name = backend_name(backend, default)
