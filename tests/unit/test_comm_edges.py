@@ -17,7 +17,12 @@ from torch.nn.modules import module as nn_module
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commscope import compat
-from commscope.comm import CommDebugMode
+from commscope.comm.capture.needs import CommUnsupported
+
+try:
+    from commscope.comm import CommDebugMode
+except CommUnsupported as exc:  # torch 2.4: no public DTensor (names the release)
+    pytest.skip(str(exc), allow_module_level=True)
 from commscope.comm.capture.counts import CommCounts
 
 warnings.filterwarnings("ignore", category=UserWarning)

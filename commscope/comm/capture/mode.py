@@ -31,7 +31,7 @@ import commscope.needs_torch  # noqa: F401 (first: a clear error where torch is 
 
 # isort: split
 import torch
-from torch.distributed.tensor import DTensor
+import torch.distributed.tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from commscope import collectives
@@ -45,6 +45,7 @@ __all__ = ["CommDebugMode"]
 
 logger = logging.getLogger(__name__)
 
+DTensor = torch_internal("distributed.tensor.DTensor")  # public from torch 2.5
 _graph_task_id = torch_internal("_C._current_graph_task_id")
 _current_node = torch_internal("_C._current_autograd_node")
 _fake_mode = torch_internal("_C._get_dispatch_mode")
