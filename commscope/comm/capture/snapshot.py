@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
+import torch.distributed.tensor
 
 from commscope import collectives
 from commscope.comm.capture.modules import (
@@ -22,8 +22,11 @@ from commscope.comm.capture.modules import (
     ModuleRecord,
     ModuleTracker,
 )
+from commscope.comm.capture.needs import torch_internal
 from commscope.comm.trace.model import CollectiveRecord, CommTrace, ModuleNode, OpEntry
 from commscope.compat import mesh_group_names
+
+DTensor = torch_internal("distributed.tensor.DTensor")  # public from torch 2.5
 
 __all__ = [
     "mesh_axes",
