@@ -335,20 +335,25 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "nccl_trace_rank_<N>, comm_traces/rank_<N>), line up each group's collectives "
         "across ranks and report, root cause first: missing or crashed ranks, op/size/"
         "dtype/order mismatches, unmatched p2p, cross-group deadlocks, stragglers. "
-        "Needs no torch. Unreadable files are named and skipped.",
+        "Several folders, dump files and archives (.tar, .tar.gz/.tgz, .zip: one per "
+        "host, say) are read as one folder. Needs no torch. Unreadable files and "
+        "refused archive members are named and skipped.",
         epilog="examples:\n"
         "  commscope analyze ./commscope_traces\n"
+        "  commscope analyze hostA/commscope_traces hostB.tar.gz hostC.zip\n"
         "  commscope analyze -d /tmp/dumps -o analysis.txt\n"
         "  commscope analyze dumps/ --json --perfetto trace.json --html report.html\n"
         "  commscope analyze dumps/ --prefix nccl_trace_rank_ --world-size 8\n"
         "  commscope analyze dumps/ --entries 5 --ranks 0-3 --group mesh_dp",
     )
-    p.add_argument("folder", nargs="?", help="folder of dumps (or one dump file)")
+    p.add_argument("folder", nargs="*", metavar="DIR",
+                   help="folder of dumps (or one dump file); several folders, dump files and "
+                   "archives (.tar, .tar.gz, .tgz, .zip) are read as one folder")
     p.add_argument("-d", "--dir", dest="dir", help="the folder, as PyTorch's fr_trace takes it")
     p.add_argument("-o", "--output", help="write the report (text, or JSON with --json or a "
                    ".json name) to this file instead of stdout")
     p.add_argument("--json", action="store_true",
-                   help="the analysis as JSON (format commscope.analysis/1)")
+                   help="the analysis as JSON (format commscope.analysis/2)")
     p.add_argument("--perfetto", metavar="TRACE_JSON",
                    help="also write a Perfetto/Chrome timeline (open in ui.perfetto.dev)")
     p.add_argument("--html", metavar="REPORT_HTML", help="also write an offline HTML report")
@@ -359,6 +364,10 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    "per CPU, up to 8, from 64 files or 32 MB of dumps on)")
     p.add_argument("--straggler-ms", type=float, default=50.0,
                    help="median lag from which a rank arriving last is reported (default 50)")
+    p.add_argument("--stall-s", type=float, default=10.0, metavar="S",
+                   help="in dumps asked for while the job ran (API, commscope dump, SIGUSR1), "
+                   "an op unfinished for less than S seconds was caught in flight, not stuck "
+                   "(default 10)")
     p.add_argument("--entries", "--just-print-entries", "--just_print_entries", type=int,
                    nargs="?", const=8, metavar="N",
                    help="also print the newest N (default 8) collectives of each group side "
@@ -402,18 +411,21 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from commscope.analyze.command import run_analyze
 
     entries = _entries_options(args)  # first: --ranks may have swallowed the folder
-    if args.folder and args.dir and args.folder != args.dir:
-        raise UsageError(f"give the folder once: got {args.folder!r} and -d {args.dir!r}")
-    folder = args.folder or args.dir
+    if args.folder and args.dir and args.folder != [args.dir]:
+        got = " ".join(repr(f) for f in args.folder)
+        raise UsageError(f"give the folder once: got {got} and -d {args.dir!r}")
+    folder = args.folder or ([args.dir] if args.dir else [])
     if not folder:
-        raise UsageError("give the folder of dumps: commscope analyze DIR (or -d DIR)")
+        raise UsageError("give the folder of dumps: commscope analyze DIR [DIR ...] (or -d DIR)")
     if args.world_size is not None and args.world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.stall_s <= 0:
+        raise UsageError(f"--stall-s must be > 0 seconds, got {args.stall_s}")
     try:
         return run_analyze(
-            folder,
+            folder if len(folder) > 1 else folder[0],
             output=args.output,
             as_json=args.json,
             perfetto=args.perfetto,
@@ -422,6 +434,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
             world_size=args.world_size,
             jobs=args.jobs,
             straggler_ms=args.straggler_ms,
+            stall_s=args.stall_s,
             entries=entries,
             all_groups=args.all_groups,
         )

@@ -2,7 +2,8 @@
 
 Algorithm (:func:`analyze`):
 
-1. Load every dump safely (:func:`commscope.analyze.read.load.load_dumps`).
+1. Load every dump safely (:func:`commscope.analyze.read.load.load_dumps`); several
+   inputs or an archive are read as one folder (:mod:`commscope.analyze.read.inputs`).
 2. Decide the expected ranks and every group's members
    (:func:`commscope.analyze.align.match.build_groups`).
 3. Line up each group's collectives by sequence number
@@ -31,13 +32,17 @@ from commscope.analyze.align.match import (
 )
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.findings import diagnose, verdict
-from commscope.analyze.model import Finding, Group, LoadResult, Unreadable
+from commscope.analyze.diagnose.hosts import host_rows, hosts_to_exclude
+from commscope.analyze.diagnose.timing import ON_DEMAND_STALL_S
+from commscope.analyze.model import Finding, Group, HostMap, LoadResult, Unreadable
+from commscope.analyze.read.archive import is_archive_name
 from commscope.analyze.read.frame_source import FrameSource
+from commscope.analyze.read.inputs import Unpacking, gather
 from commscope.analyze.read.load import load_dumps
 
 __all__ = ["FORMAT", "Analysis", "analyze", "analyze_loaded"]
 
-FORMAT = "commscope.analysis/1"
+FORMAT = "commscope.analysis/2"
 """The ``format`` string of the analysis JSON."""
 
 
@@ -58,6 +63,8 @@ class Analysis:
     load: LoadResult
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    hosts: HostMap = field(default_factory=lambda: HostMap({}))
+    """Where every rank ran (from the dumps' places and host tables)."""
 
     @property
     def root_cause(self) -> Finding:
@@ -65,7 +72,7 @@ class Analysis:
         return self.findings[0]
 
     def to_json(self) -> dict[str, Any]:
-        """The analysis in the documented ``commscope.analysis/1`` shape."""
+        """The analysis in the documented ``commscope.analysis/2`` shape."""
         return {
             "format": FORMAT,
             "verdict": self.verdict,
@@ -78,11 +85,13 @@ class Analysis:
             "other_jobs": [{"file": u.file, "rank": u.rank, "reason": u.error}
                            for u in self.load.other_jobs],
             "findings": [f.to_json() for f in self.findings],
+            "hosts": host_rows(self.hosts, set(self.loaded), self.findings),
+            "exclude_hosts": hosts_to_exclude(self.hosts, self.findings),
         }
 
 
 def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
-                   straggler_ms: float = 50.0,
+                   straggler_ms: float = 50.0, stall_s: float = ON_DEMAND_STALL_S,
                    in_memory: dict[str, list[Any]] | None = None) -> Analysis:
     """Steps 2-4 of :func:`analyze` on dumps that are already loaded (``in_memory``:
     path → records, for dumps that are not files)."""
@@ -94,8 +103,8 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     views = align_all(load, groups)
     issues = match_p2p(load, groups)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
-                  frames=FrameSource(load, in_memory))
-    findings = diagnose(ctx, straggler_ms=straggler_ms)
+                  frames=FrameSource(load, in_memory), hosts=HostMap(load.dumps))
+    findings = diagnose(ctx, straggler_ms=straggler_ms, stall_s=stall_s)
     loaded = sorted(load.dumps)
     return Analysis(
         verdict=verdict(findings),
@@ -108,6 +117,7 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
         views=views,
         load=load,
         elapsed_s=time.perf_counter() - start,
+        hosts=ctx.hosts,
     )
 
 
@@ -119,21 +129,43 @@ def analyze(
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     straggler_ms: float = 50.0,
+    stall_s: float = ON_DEMAND_STALL_S,
     end_times: bool = False,
+    unpacking: Unpacking | None = None,
 ) -> Analysis:
-    """Analyze the flight-recorder dumps under ``path`` (a folder, a file or a list).
+    """Analyze the flight-recorder dumps under ``path``: a folder, a file, an archive
+    (``.tar``, ``.tar.gz``/``.tgz``, ``.zip``) or a list of them, read as one folder.
 
     ``prefix`` selects file names (``nccl_trace_rank_``); ``world_size`` says how many
     ranks the job had when the dumps cannot tell (gloo); ``jobs`` worker processes read
     files in parallel; ``progress(done, total)`` follows the loading;
+    ``stall_s``: in dumps asked for on demand (no incident), an op unfinished for less
+    than this was caught mid-flight, not stuck;
     ``straggler_ms`` is the median lag from which a rank that keeps arriving last is
     reported; ``end_times`` keeps each record's completion time for the timeline
-    exports (they read the files again without it). Raises ``FileNotFoundError`` for a
-    path that does not exist.
+    exports (they read the files again without it; always kept from archives, whose
+    unpacked files are gone when this returns); ``unpacking(archive, done, total)``
+    follows the bytes of each archive. With a list or an archive,
+    ``result.extra["inputs"]`` holds one
+    :class:`~commscope.analyze.read.inputs.InputReport` per input. Raises
+    ``FileNotFoundError`` for a path that does not exist, ``ValueError`` for one that
+    is neither a folder, a file nor a supported archive.
     """
     start = time.perf_counter()
-    load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress, end_times=end_times,
-                      world_size=world_size)
-    result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms)
+    if isinstance(path, (str, os.PathLike)) and not is_archive_name(path):
+        load = load_dumps(path, prefix=prefix, jobs=jobs, progress=progress,
+                          end_times=end_times, world_size=world_size)
+        result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms,
+                                stall_s=stall_s)
+    else:
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        with gather(paths, prefix=prefix, unpacking=unpacking) as inputs:
+            load = inputs.load(jobs=jobs, progress=progress, world_size=world_size,
+                               end_times=end_times or inputs.archives)
+            result = analyze_loaded(load, world_size=world_size, straggler_ms=straggler_ms,
+                                    stall_s=stall_s)
+            inputs.settle(result.load)  # the files are read no more: show the users' paths
+        result.unreadable = list(result.load.unreadable)
+        result.extra["inputs"] = inputs.reports
     result.elapsed_s = time.perf_counter() - start
     return result

@@ -29,6 +29,8 @@ __all__ = [
     "Creation",
     "Group",
     "Finding",
+    "RankPlace",
+    "HostMap",
 ]
 
 RETIRED = 1
@@ -232,6 +234,81 @@ class RankDump:
     ends: array | None = None
     """When each record of the file ended (ns, 0: not recorded), by position in the file;
     kept only when loading for a timeline (``end_times=True``)."""
+    place: RankPlace | None = None
+    """Ours: where this rank ran (``commscope_place``: host, pid, node and local rank,
+    dump folder); older dumps: built from ``hostname`` and ``pid``."""
+    host_table: dict[int, RankPlace] | None = None
+    """Ours: the job's rank → place table this rank had gathered (``commscope_hosts``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlace:
+    """Where one rank ran: its host, its process and the folder its dump went to."""
+
+    host: str
+    pid: int | None = None
+    dump_dir: str | None = None
+    node_rank: int | None = None
+    local_rank: int | None = None
+
+
+class HostMap:
+    """Which host every rank of the job ran on, from every dump at hand: each dump's own
+    place and the host tables they carry (a rank whose dump is elsewhere is still placed
+    by its peers' tables). The one place every stage asks "where did rank r run"."""
+
+    def __init__(self, dumps: dict[int, RankDump]) -> None:
+        self.places: dict[int, RankPlace] = {}
+        """Rank → where it ran (only ranks some dump tells about)."""
+        for d in dumps.values():
+            for rank, place in (d.host_table or {}).items():
+                self.places.setdefault(rank, place)
+        for rank, d in dumps.items():
+            if d.place is not None:
+                self.places[rank] = d.place  # a rank's own word wins
+        self.present_hosts: set[str] = {d.place.host for d in dumps.values()
+                                        if d.place is not None}
+        """Hosts at least one dump here came from."""
+
+    def host(self, rank: int) -> str | None:
+        """The host rank ``rank`` ran on, when known."""
+        place = self.places.get(rank)
+        return place.host if place is not None else None
+
+    def label(self, rank: int) -> str:
+        """``hostB, pid 4242`` (what is known of it), or ``""``."""
+        place = self.places.get(rank)
+        if place is None:
+            return ""
+        return place.host + (f", pid {place.pid}" if place.pid is not None else "")
+
+    def hosts(self) -> dict[str, list[int]]:
+        """Host → its ranks (sorted), hosts in order of their first rank."""
+        out: dict[str, list[int]] = {}
+        for rank in sorted(self.places):
+            out.setdefault(self.places[rank].host, []).append(rank)
+        return out
+
+    def elsewhere(self, missing: list[int]) -> dict[str, list[int]]:
+        """Of ``missing`` ranks (no dump here), those that ran on a host none of this
+        folder's dumps came from, by host: their files are on that host, not lost."""
+        out: dict[str, list[int]] = {}
+        for rank in missing:
+            host = self.host(rank)
+            if host is not None and host not in self.present_hosts:
+                out.setdefault(host, []).append(rank)
+        return out
+
+    def dump_dir(self, ranks: list[int]) -> str | None:
+        """The dump folder these ranks reported (the first one known)."""
+        for rank in ranks:
+            place = self.places.get(rank)
+            if place is not None and place.dump_dir:
+                return place.dump_dir
+        return None
+
+    def __bool__(self) -> bool:
+        return bool(self.places)
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,7 +271,7 @@ def run_demo(
         ]
         + [
             [_rel(traces, out_dir) + "/rank_*", "commscope analyze (or PyTorch's fr_trace)"],
-            [_rel(files["analysis_json"], out_dir), "jq, scripts (format commscope.analysis/1)"],
+            [_rel(files["analysis_json"], out_dir), "jq, scripts (format commscope.analysis/2)"],
             [_rel(files["timeline"], out_dir), "https://ui.perfetto.dev or chrome://tracing"],
             [_rel(files["report"], out_dir), "a browser (offline, self-contained)"],
         ],

@@ -143,6 +143,10 @@ def enable(
                     old.world_size,
                     old.store,
                 )
+                rec.job, rec.watch_token, rec.hosts = old.job, old.watch_token, old.hosts
+                if old.place is not None:
+                    rec.place = {**old.place, "dump_dir": os.path.dirname(
+                        os.path.abspath(cfg.dump_prefix))}
         elif _install.existing_groups():
             logger.warning(
                 "commscope flight: %d process group(s) existed before enable(); they are "

@@ -64,11 +64,16 @@ def torchrun_command(argv: Sequence[str], python: str | None = None) -> list[str
 
 
 def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the job: a fresh watch token (unless one is set), where rank 0
-    writes the watch file (``<dump folder>/watch.json``), and strict recording (a group
-    the recorder cannot record stops the job instead of leaving empty dumps)."""
+    """The environment of the job: a fresh watch token (unless one is set; marked drawn,
+    so the ranks of every host agree on one through the store: ``record/job.py``), where
+    each host's first rank writes the watch file (``<dump folder>/watch.json``), and
+    strict recording (a group the recorder cannot record stops the job instead of leaving
+    empty dumps)."""
     out = dict(os.environ if env is None else env)
-    out.setdefault("COMMSCOPE_WATCH_TOKEN", secrets.token_urlsafe(18))
+    if not out.get("COMMSCOPE_WATCH_TOKEN"):
+        # each host draws its own; the ranks agree on one through the job's store
+        out["COMMSCOPE_WATCH_TOKEN"] = secrets.token_urlsafe(18)
+        out["COMMSCOPE_WATCH_TOKEN_DRAWN"] = "1"
     out.setdefault("COMMSCOPE_FR_STRICT", "1")  # a group the recorder misses stops the job
     out.setdefault("COMMSCOPE_RUN_BANNER", "1")  # rank 0 says recording is on, and where
     prefix = (out.get("TORCH_FR_DUMP_TEMP_FILE") or out.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")

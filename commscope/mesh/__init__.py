@@ -9,7 +9,11 @@
   a drop-in for torch's own. Its slices and flattened and unflattened views are made in
   ``reshape.py``, its groups in ``groups.py``.
 * :func:`plan_mesh` (``plan.py``) — what ``commscope mesh`` prints.
-* ``topology.py`` — hosts and whether each axis stays inside one.
+* :class:`HostTable` (``hosts.py``) — which host each rank runs on: the ranks' real
+  hostnames for a live mesh (gathered once per job through the store, ``gather.py``),
+  arithmetic for planning.
+* ``topology.py`` — whether each axis stays inside a host, and the warning when a
+  ``tp``/``cp``/``ep`` axis does not.
 
 ``init_device_mesh`` and ``DeviceMesh`` import torch; they are loaded on first use so
 that planning works without it.
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from commscope.mesh.describe import describe_mesh
 from commscope.mesh.errors import MeshError, MeshIndexError, MeshKeyError, MeshRuntimeError
+from commscope.mesh.hosts import HostTable
 from commscope.mesh.layout import MeshLayout
 from commscope.mesh.plan import MeshPlan, format_plan, plan_mesh
 from commscope.mesh.topology import AxisLocality, axis_locality
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AxisLocality",
     "DeviceMesh",
+    "HostTable",
     "MeshDisagreement",
     "MeshError",
     "MeshIndexError",

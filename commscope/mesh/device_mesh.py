@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
 
+from commscope.mesh import gather
 from commscope.mesh.agreement import check_ranks_agree
 from commscope.mesh.errors import (
     MeshError,
@@ -49,13 +50,14 @@ from commscope.mesh.groups import (
     set_cuda_device,
     torch_view,
 )
+from commscope.mesh.hosts import HostTable
 from commscope.mesh.layout import MeshLayout, format_shape
 from commscope.mesh.reshape import MeshReshapes
 from commscope.mesh.topology import (
     AxisLocality,
     axis_locality,
     ranks_per_host_from_env,
-    warn_fast_axes_crossing_hosts,
+    warn_crossing_hosts,
 )
 
 __all__ = ["DeviceMesh", "init_device_mesh", "GroupCreation"]
@@ -63,7 +65,9 @@ __all__ = ["DeviceMesh", "init_device_mesh", "GroupCreation"]
 logger = logging.getLogger(__name__)
 
 _DEFAULT_CHECK_TIMEOUT = timedelta(minutes=10)
+_LATER_GATHER_TIMEOUT = timedelta(seconds=60)
 _warned_partial: set[tuple[int, int]] = set()
+_warned_hosts: set[str] = set()
 
 
 def _check_device_type(device_type: object) -> str:
@@ -103,6 +107,73 @@ def _override_summary(specs: tuple[BackendSpec, ...]) -> list[str | None] | None
     if all(s == DEFAULT_SPEC for s in specs):
         return None
     return [None if s == DEFAULT_SPEC else f"{s[0]}+{'options' if s[1] else ''}" for s in specs]
+
+
+def _hosts_store() -> tuple[Any, Any] | None:
+    """(the default group's store, the default group) where hostnames can be gathered:
+    ``None`` for torch's fake process group, whose store holds nothing."""
+    if backend_name() == "fake":
+        return None
+    try:
+        c10d = dist.distributed_c10d
+        return c10d._get_default_store(), c10d._get_default_group()
+    except Exception:  # a backend without a store (MPI)
+        return None
+
+
+def _arithmetic_hosts(world: int, why: str | None, any_rank: bool = False) -> HostTable:
+    """Hosts by arithmetic (``LOCAL_WORLD_SIZE``) where the real ones are not known;
+    ``why``: a failure, said once by rank 0 (by this rank with ``any_rank``: it alone
+    asked), or ``None`` (nothing to say: torch's fake group)."""
+    per_host = ranks_per_host_from_env(world)
+    if why is not None and (any_rank or dist.get_rank() == 0) and why not in _warned_hosts:
+        _warned_hosts.add(why)
+        logger.warning(
+            "commscope mesh: %s; hosts are assumed to hold %d consecutive ranks each "
+            "(LOCAL_WORLD_SIZE)", why, per_host,
+        )
+    return HostTable.consecutive(world, per_host)
+
+
+def _publish_host() -> None:
+    """Step 1 of gathering (:mod:`commscope.mesh.gather`): this rank's hostname into
+    the default group's store, once per default group. Never raises."""
+    found = _hosts_store()
+    if found is None:
+        return
+    try:
+        gather.publish(found[0], found[1], dist.get_rank(), dist.get_world_size())
+    except Exception as exc:  # a store that refuses: the mesh falls back when asked
+        logger.debug("commscope mesh: could not publish this rank's hostname: %r", exc)
+
+
+def _job_hosts(timeout: timedelta) -> HostTable:
+    """The whole job's host table, gathered with every rank of the job (called by
+    ``init_device_mesh`` after its agreement check, on every rank)."""
+    world = dist.get_world_size()
+    found = _hosts_store()
+    if found is None:
+        if world == 1:
+            return HostTable.from_hostnames([gather.this_host()])
+        return _arithmetic_hosts(world, None)
+    try:
+        return gather.gather_job(found[0], found[1], dist.get_rank(), world, timeout)
+    except gather.GatherFailed as exc:
+        return _arithmetic_hosts(world, f"the ranks' hostnames could not be gathered ({exc})")
+
+
+def _mesh_hosts(n: int) -> HostTable:
+    """The host table of ranks ``0..n-1``, for a mesh made without ``init_device_mesh``
+    (only its own ranks are waited for)."""
+    world = dist.get_world_size()
+    found = _hosts_store()
+    if found is None:
+        return _arithmetic_hosts(world, None).first(n)
+    try:
+        return gather.gather_first(found[0], found[1], n, world, _LATER_GATHER_TIMEOUT)
+    except gather.GatherFailed as exc:
+        why = f"the hostnames of this mesh's ranks could not be gathered ({exc})"
+        return _arithmetic_hosts(world, why, any_rank=True).first(n)
 
 
 def _create_groups(
@@ -151,7 +222,9 @@ def init_device_mesh(
         backend: backend of every new group (default: the default group's).
         group_creation: ``"auto"`` (member-only creation where the backend allows it),
             ``"local"`` or ``"all"`` (PyTorch's way). ``COMMSCOPE_MESH_GROUPS`` overrides.
-        ranks_per_host: for the locality check (default ``LOCAL_WORLD_SIZE``).
+        ranks_per_host: assume this many consecutive ranks per host instead of the
+            ranks' real hostnames (default: the hostnames, gathered once per job
+            through the default group's store; :mod:`commscope.mesh.gather`).
 
     Every rank must call it with the same arguments; if they differ, every rank raises
     :class:`~commscope.mesh.agreement.MeshDisagreement` instead of hanging. Initialises
@@ -173,6 +246,8 @@ def init_device_mesh(
         dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     _check_size(layout, world)
+    if ranks_per_host is None:
+        _publish_host()  # before the agreement check: after it, every name is there
     if world > 1 and backend_name() != "fake":
         request = {"shape": list(shape), "names": list(names) if names else None,
                    "device": device_type}
@@ -182,14 +257,16 @@ def init_device_mesh(
             dist.distributed_c10d._get_default_store(), rank, world, request,
             timeout or _DEFAULT_CHECK_TIMEOUT,
         )
+    if ranks_per_host is not None:
+        hosts = HostTable.consecutive(world, ranks_per_host)
+    else:
+        hosts = _job_hosts(timeout or _DEFAULT_CHECK_TIMEOUT)
+    warn_crossing_hosts(layout, hosts.first(layout.world_size), rank)
     set_cuda_device(device_type)
     creation = choose_creation(group_creation)
     groups = _create_groups(layout, creation, timeout, specs)
-    per_host = ranks_per_host or ranks_per_host_from_env(world)
-    if per_host < world:
-        warn_fast_axes_crossing_hosts(axis_locality(layout, per_host), per_host, world)
     tm = torch_view(device_type, layout, groups, names)
-    mesh = DeviceMesh._adopt(tm, layout, None, groups, per_host, named=names is not None)
+    mesh = DeviceMesh._adopt(tm, layout, None, groups, hosts, named=names is not None)
     mesh._cs_creation = creation
     return mesh
 
@@ -248,7 +325,7 @@ class DeviceMesh(MeshReshapes):
         self._cs_root = None
         self._cs_flat = {}
         self._cs_groups = []
-        self._cs_ranks_per_host = 1
+        self._cs_hosts = None
         self._cs_torch = None
         self._cs_base = None
         self._cs_known = {}
@@ -260,7 +337,7 @@ class DeviceMesh(MeshReshapes):
         layout: MeshLayout,
         root: DeviceMesh | None,
         groups: list[Any],
-        ranks_per_host: int,
+        hosts: HostTable | None,
         base: DeviceMesh | None,
         named: bool,
     ) -> None:
@@ -269,7 +346,7 @@ class DeviceMesh(MeshReshapes):
         self._cs_named = named
         self._cs_root = root
         self._cs_groups = groups
-        self._cs_ranks_per_host = ranks_per_host
+        self._cs_hosts = hosts
         self._cs_base = base
         if root is None:
             rank = self.get_rank()
@@ -299,12 +376,12 @@ class DeviceMesh(MeshReshapes):
         names = self.mesh_dim_names
         try:
             layout = MeshLayout.create(tuple(grid.shape), names)
-            per_host = ranks_per_host_from_env(world)
         except MeshError:
             return
         member = self.get_rank() < n
         groups = list(self.get_all_groups()) if member else [None] * layout.ndim
-        self._cs_init(layout, None, groups, per_host, None, names is not None)
+        _publish_host()  # its hosts are read when first asked (only its ranks' names)
+        self._cs_init(layout, None, groups, None, None, names is not None)
         self._cs_creation = choose_creation("auto")
 
     @classmethod
@@ -314,18 +391,19 @@ class DeviceMesh(MeshReshapes):
         layout: MeshLayout,
         root: DeviceMesh | None,
         groups: list[Any],
-        ranks_per_host: int,
+        hosts: HostTable | None,
         base: DeviceMesh | None = None,
         named: bool = True,
     ) -> DeviceMesh:
         """Turn a torch mesh (made by torch's own public API) into ours, in place.
 
         ``base`` is the mesh a slice was cut from (``None``: this mesh owns its torch
-        groups: a root, a flattened axis or an unflattened mesh).
+        groups: a root, a flattened axis or an unflattened mesh). ``hosts``: the job's
+        host table, or ``None`` to gather it when first asked.
         """
         torch_mesh.__class__ = cls
         mesh: DeviceMesh = torch_mesh  # type: ignore[assignment]
-        mesh._cs_init(layout, root, groups, ranks_per_host, base, named)
+        mesh._cs_init(layout, root, groups, hosts, base, named)
         return mesh
 
     @staticmethod
@@ -352,7 +430,8 @@ class DeviceMesh(MeshReshapes):
         """Wrap a root mesh made by torch's ``init_device_mesh`` (same groups, no new ones).
 
         Its ranks must be ``0..n-1`` laid out row-major (as ``init_device_mesh`` does);
-        an explicit permuted mesh is refused with a clear error.
+        an explicit permuted mesh is refused with a clear error. Hosts are the ranks'
+        real ones, read when first asked, unless ``ranks_per_host`` says otherwise.
         """
         if isinstance(mesh, DeviceMesh) and mesh._cs_layout is not None:
             return mesh
@@ -368,9 +447,13 @@ class DeviceMesh(MeshReshapes):
         names = mesh.mesh_dim_names
         layout = MeshLayout.create(shape, names)
         groups = list(mesh.get_all_groups()) if rank < n else [None] * layout.ndim
-        per_host = ranks_per_host or ranks_per_host_from_env(world)
+        hosts = None
+        if ranks_per_host is not None:
+            hosts = HostTable.consecutive(world, ranks_per_host)
+        else:
+            _publish_host()
         tm = torch_view(mesh.device_type, layout, groups, names)
-        ours = cls._adopt(tm, layout, None, groups, per_host, named=names is not None)
+        ours = cls._adopt(tm, layout, None, groups, hosts, named=names is not None)
         ours._cs_creation = choose_creation("auto")
         return ours
 
@@ -489,9 +572,24 @@ class DeviceMesh(MeshReshapes):
             return layout.group(self.get_rank())
         return layout.group(self.get_rank(), index)
 
+    @property
+    def hosts(self) -> HostTable:
+        """Where the ranks of this mesh run: the job's host table (real hostnames,
+        gathered once per job), for ranks ``0..n-1`` of the mesh."""
+        layout = self._need_layout()
+        if self._cs_hosts is None:
+            self._cs_hosts = _mesh_hosts(layout.world_size)
+        return self._cs_hosts.first(layout.world_size)
+
+    def _hosts_or(self, ranks_per_host: int | None) -> HostTable:
+        if ranks_per_host is None:
+            return self.hosts
+        return HostTable.consecutive(self._need_layout().world_size, ranks_per_host)
+
     def locality(self, ranks_per_host: int | None = None) -> list[AxisLocality]:
-        """For each axis: do its groups stay inside a host?"""
-        return axis_locality(self._need_layout(), ranks_per_host or self._cs_ranks_per_host)
+        """For each axis: do its groups stay inside a host? (The real hosts, or
+        ``ranks_per_host`` consecutive ranks per host.)"""
+        return axis_locality(self._need_layout(), self._hosts_or(ranks_per_host))
 
     # -------------------------------------------------------------- hand-offs
 
@@ -525,6 +623,7 @@ class DeviceMesh(MeshReshapes):
         state["_cs_groups"] = [_group_name(pg) for pg in self._cs_groups]
         state["_cs_known"] = {k: _group_name(pg) for k, pg in self._cs_known.items()}
         state["_cs_torch"] = None  # rebuilt on demand
+        state["_cs_hosts"] = None  # read again where asked (a table per rank of the job)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -537,6 +636,8 @@ class DeviceMesh(MeshReshapes):
         names = list(self._cs_groups)
         self._cs_groups = [_resolve_group(name) for name in names]
         self.__dict__.setdefault("_cs_named", True)  # pickled before unnamed meshes existed
+        self.__dict__.setdefault("_cs_hosts", None)  # pickled before host tables existed
+        self.__dict__.pop("_cs_ranks_per_host", None)
         self._cs_known = {k: pg for k, name in self._cs_known.items()
                           if (pg := _resolve_group(name)) is not None or name is None}
         missing = [n for n, pg in zip(names, self._cs_groups) if n is not None and pg is None]
@@ -564,7 +665,8 @@ class DeviceMesh(MeshReshapes):
     def describe(self, ranks_per_host: int | None = None) -> str:
         """The mesh drawn as a grid of ranks with their hosts, and each axis's locality.
 
-        See :func:`commscope.mesh.describe.describe_mesh`.
+        Hosts are the ranks' real ones (:attr:`hosts`), or ``ranks_per_host``
+        consecutive ranks per host. See :func:`commscope.mesh.describe.describe_mesh`.
         """
         from commscope.mesh.describe import describe_mesh
 
@@ -572,5 +674,5 @@ class DeviceMesh(MeshReshapes):
             self._need_layout(),
             rank=self.get_rank() if self._member() else None,
             device_type=self.device_type,
-            ranks_per_host=ranks_per_host or self._cs_ranks_per_host,
+            hosts=self._hosts_or(ranks_per_host),
         )

@@ -32,12 +32,29 @@ import numpy as np
 
 from commscope.mesh.errors import MeshError, MeshIndexError, MeshKeyError, MeshRuntimeError
 
-__all__ = ["MeshLayout", "MeshError", "format_shape"]
+__all__ = ["MeshLayout", "MeshError", "format_ranks", "format_shape"]
 
 
 def format_shape(shape: Sequence[int], names: Sequence[str]) -> str:
     """``dp(2) * tp(4)``: how error messages show a shape."""
     return " * ".join(f"{n}({s})" for n, s in zip(names, shape))
+
+
+def format_ranks(ranks: Sequence[int], limit: int = 8) -> str:
+    """A short form of a rank list: ``[0..7]``, ``[5, 13, ..., 8189] (1024 ranks, step 8)``."""
+    ranks = list(ranks)
+    n = len(ranks)
+    if n <= 2:
+        return str(ranks)
+    step = ranks[1] - ranks[0]
+    arithmetic = all(b - a == step for a, b in pairwise(ranks))
+    if arithmetic and step == 1 and n > 3:
+        return f"[{ranks[0]}..{ranks[-1]}]"
+    if n <= limit:
+        return str(ranks)
+    head = ", ".join(map(str, ranks[:3]))
+    detail = f"{n} ranks, step {step}" if arithmetic else f"{n} ranks"
+    return f"[{head}, ..., {ranks[-1]}] ({detail})"
 
 
 def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:

@@ -7,12 +7,11 @@ rank must create (with commscope, and with PyTorch's ``init_device_mesh``).
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from commscope.mesh.layout import MeshLayout
+from commscope.mesh.layout import MeshLayout, format_ranks
 from commscope.mesh.topology import axis_locality, fast_axis_warnings, host_of
 
 __all__ = [
@@ -119,23 +118,6 @@ def plan_mesh(
         ),
         warnings=fast_axis_warnings(localities, per_host),
     )
-
-
-def format_ranks(ranks: Sequence[int], limit: int = 8) -> str:
-    """A short form of a rank list: ``[0..7]``, ``[5, 13, ..., 8189] (1024 ranks, step 8)``."""
-    ranks = list(ranks)
-    n = len(ranks)
-    if n <= 2:
-        return str(ranks)
-    step = ranks[1] - ranks[0]
-    arithmetic = all(b - a == step for a, b in itertools.pairwise(ranks))
-    if arithmetic and step == 1 and n > 3:
-        return f"[{ranks[0]}..{ranks[-1]}]"
-    if n <= limit:
-        return str(ranks)
-    head = ", ".join(map(str, ranks[:3]))
-    detail = f"{n} ranks, step {step}" if arithmetic else f"{n} ranks"
-    return f"[{head}, ..., {ranks[-1]}] ({detail})"
 
 
 AXIS_COLUMNS = ["axis", "size", "groups", "stride", "locality"]

@@ -32,6 +32,7 @@ from commscope.mesh.groups import (
     normalize_backend_override,
     torch_view,
 )
+from commscope.mesh.hosts import HostTable
 from commscope.mesh.layout import MeshLayout
 
 __all__ = ["MeshReshapes"]
@@ -48,7 +49,7 @@ class MeshReshapes(TorchDeviceMesh):
     _cs_root: MeshReshapes | None
     _cs_flat: dict[str, MeshReshapes]
     _cs_groups: list[Any]
-    _cs_ranks_per_host: int
+    _cs_hosts: HostTable | None
     _cs_base: MeshReshapes | None
     _cs_known: dict[tuple[int, ...], Any]
     _cs_unflat: dict[MeshLayout, MeshReshapes]
@@ -98,7 +99,7 @@ class MeshReshapes(TorchDeviceMesh):
         positions = [self._cs_layout.names.index(w) for w in wanted]
         groups = [self._cs_groups[p] for p in positions]
         base = self._cs_base if self._cs_base is not None else self
-        return self._adopt(sub, layout, self.root, groups, self._cs_ranks_per_host, base)
+        return self._adopt(sub, layout, self.root, groups, self._cs_hosts, base)
 
     def _with_flat_axes(self, wanted: tuple[str, ...]) -> MeshReshapes:
         """A root's view mixing flattened axes with others: ``mesh["dp_cp", "tp"]``."""
@@ -143,7 +144,7 @@ class MeshReshapes(TorchDeviceMesh):
         if cached is not None:
             return cached
         tm = torch_view(self.device_type, layout, groups, wanted)
-        view = self._adopt(tm, layout, self, groups, self._cs_ranks_per_host)
+        view = self._adopt(tm, layout, self, groups, self._cs_hosts)
         self._cs_unflat[layout] = view
         return view
 
@@ -237,7 +238,7 @@ class MeshReshapes(TorchDeviceMesh):
         else:
             pg = root._group_for(layout, 0, f"mesh_{flat_name}")
         tm = torch_view(self.device_type, layout, [pg], (flat_name,))
-        flat = self._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
+        flat = self._adopt(tm, layout, root, [pg], self._cs_hosts)
         root._cs_flat[flat_name] = flat
         return flat
 
@@ -273,7 +274,7 @@ class MeshReshapes(TorchDeviceMesh):
             tm = TorchDeviceMesh._flatten(self, name, backend_override)  # type: ignore[call-arg]
         member = tm.get_coordinate() is not None
         pg = tm.get_group() if member else None
-        flat = self._adopt(tm, layout, root, [pg], self._cs_ranks_per_host)
+        flat = self._adopt(tm, layout, root, [pg], self._cs_hosts)
         root._cs_flat[name] = flat
         if member and backend_override is None:
             root._cs_known.setdefault(tuple(layout.group(self.get_rank(), 0)), pg)
@@ -338,7 +339,7 @@ class MeshReshapes(TorchDeviceMesh):
             else:
                 groups.append(root._group_for(layout, i, f"mesh_{name}", specs[i - p]))
         tm = torch_view(self.device_type, layout, groups, layout.names)
-        mesh = self._adopt(tm, layout, root, groups, self._cs_ranks_per_host)
+        mesh = self._adopt(tm, layout, root, groups, self._cs_hosts)
         if not custom:
             root._cs_unflat[layout] = mesh
         return mesh

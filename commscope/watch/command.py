@@ -11,12 +11,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from commscope.analyze.read.load import LATER_DIR
+from commscope.analyze.text import rank_list
 from commscope.watch.address import Address, WatchError, resolve_address
 from commscope.watch.live import LiveCache, Thresholds, snapshot
 from commscope.watch.source import StoreSource
@@ -109,8 +111,14 @@ def _live_terminal(make: SnapshotMaker, refresh_s: float) -> int:
 
 def run_dump(address: Address, *, wait_s: float = 60.0,
              out: Callable[[str], None] | None = None) -> int:
-    """``commscope dump``: ask every rank of a running job to dump, wait for the files,
-    run the analysis; the job keeps running."""
+    """``commscope dump``: ask every rank of a running job, on every host, to dump; say at
+    once what every rank's live record shows (all hosts), list every dump as
+    ``host:path``, and analyze the files where this machine can read them all (one host,
+    or a shared folder). The job keeps running.
+
+    Each rank notes through the store where it wrote its dump (``dumped/<rank>``), so
+    the wait ends as soon as every rank has written, wherever its file lies; it never
+    waits out ``wait_s`` for files on other hosts' disks."""
     write = out or (lambda text: print(text, flush=True))
     try:
         source = _connect(address)
@@ -121,18 +129,25 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
         later_dir = os.path.join(os.path.dirname(prefix), LATER_DIR)
         before = {r: _mtime(f"{prefix}{r}") for r in range(world)}
         before_later = {r: _later_mtime(later_dir, r) for r in range(world)}
+        counts = {r: note["count"] for r, note in source.dump_notes().items()}
         n = source.request_dump()
         write(f"asked the {world} ranks of the job at {address} for their dumps "
               f"(request {n}); waiting up to {wait_s:g} s")
         deadline = time.monotonic() + wait_s
         fresh: set[int] = set()
+        notes: dict[int, dict[str, Any]] = {}
+        aside: set[int] = set()
         ended = ""
         next_look = time.monotonic() + 1.0
         while time.monotonic() < deadline and len(fresh) < world:
+            notes = {r: note for r, note in source.dump_notes().items()
+                     if note["count"] > counts.get(r, 0)}
             # a rank that already dumped for an incident (a hang) keeps that file and
-            # writes this one beside it, into commscope_later/
+            # writes this one beside it, into commscope_later/ (older ranks write no note:
+            # their files are looked for here)
             aside = {r for r in range(world) if _later_mtime(later_dir, r) > before_later[r]}
-            fresh = aside | {r for r in range(world) if _mtime(f"{prefix}{r}") > before[r]}
+            fresh = set(notes) | aside | {r for r in range(world)
+                                          if _mtime(f"{prefix}{r}") > before[r]}
             if len(fresh) < world and time.monotonic() >= next_look:
                 ended = _job_ended(source)  # a dead job never answers: do not wait it out
                 if ended:
@@ -146,22 +161,94 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
                              "a rank sees the request when it next publishes)")
         if ended:
             write(ended)
-        if aside:
-            write(f"{len(aside)} rank(s) had already dumped for an incident: their dumps of "
-                  f"this request are in {later_dir}, and the analysis below reads each "
-                  "rank's first dump of the incident (the state when it began)")
+        aside |= {r for r, note in notes.items()
+                  if os.path.basename(os.path.dirname(note["path"])) == LATER_DIR}
         if len(fresh) < world:
             late = sorted(set(range(world)) - fresh)
-            write(f"{len(late)} rank(s) did not dump in time: {late[:16]}; analyzing the rest")
+            write(f"{len(late)} rank(s) did not dump in time: {late[:16]}")
+        _live_verdict(source, write)
+        _list_dumps(notes, write)
+        if aside:
+            write(f"{len(aside)} rank(s) had already dumped for an incident: their dumps of "
+                  f"this request are in {LATER_DIR}/ beside them, and an analysis of the "
+                  "files reads each rank's first dump of the incident (the state when it "
+                  "began)")
+        folders, away = _reachable(notes, fresh, prefix)
+        if away:
+            hosts = sorted({notes[r]["host"] for r in away if r in notes})
+            write(f"the files of {len(away)} rank(s) are on other hosts ({', '.join(hosts)}), "
+                  "not readable from here: the verdict above comes from every rank's live "
+                  "record; for the full analysis, copy those folders here (or pack them) and "
+                  "run `commscope analyze` with every folder or archive")
+            return 0
         from commscope.analyze import analyze, format_report
 
-        folder = os.path.dirname(prefix) or "."
-        result = analyze(folder, prefix=os.path.basename(prefix), world_size=world)
-        write(format_report(result, folder))
+        target: Any = folders[0] if len(folders) == 1 else folders
+        # the live view's stall threshold: an op younger than that was caught in flight
+        stall = Thresholds(float(source.meta.get("interval_s") or 2.0)).stall
+        result = analyze(target, prefix=os.path.basename(prefix), world_size=world,
+                         stall_s=stall)
+        write(format_report(result, ", ".join(folders)))
         return 0
     except WatchError as exc:
         print(f"commscope dump: {exc}", file=sys.stderr)
         return 1
+
+
+def _live_verdict(source: StoreSource, write: Callable[[str], None]) -> None:
+    """What every rank's progress record says right now, all hosts (the live view's
+    analysis): printed before any file is read."""
+    try:
+        snap = SnapshotMaker(source)()
+    except WatchError as exc:
+        write(f"no live verdict: {exc}")
+        return
+    state = str(snap.get("state", "?")).upper()
+    write(f"live verdict (every rank's record, all hosts): {state}: {snap.get('headline', '')}")
+    for f in snap.get("findings", [])[:4]:
+        write(f"  [{f['kind']}] {f['message']}")
+
+
+def _list_dumps(notes: dict[int, dict[str, Any]], write: Callable[[str], None]) -> None:
+    """Every dump of this request as ``host:folder`` with its ranks, one line per host
+    and folder."""
+    if not notes:
+        return
+    by_place: dict[tuple[str, str], list[int]] = {}
+    for r, note in sorted(notes.items()):
+        by_place.setdefault((note["host"], os.path.dirname(note["path"])), []).append(r)
+    write(f"dumps ({len(notes)} ranks, {len({h for h, _ in by_place})} host(s)):")
+    for (host, folder), ranks in by_place.items():
+        write(f"  {host}:{folder}/  ranks {rank_list(ranks)}")
+
+
+def _reachable(notes: dict[int, dict[str, Any]], fresh: set[int],
+               prefix: str) -> tuple[list[str], list[int]]:
+    """(folders to analyze, ranks whose files this machine cannot read). A file counts
+    as readable when it was written on this host, or it is here with the size its rank
+    noted (a shared folder); a rank without a note (an older recorder) wrote into this
+    host's dump folder."""
+    me = socket.gethostname()
+    folders: list[str] = []
+    away: list[int] = []
+    for r in sorted(fresh):
+        note = notes.get(r)
+        if note is None:
+            folder = os.path.dirname(prefix) or "."
+        else:
+            path = note["path"]
+            size = note.get("bytes")
+            here = note["host"] == me or (os.path.exists(path) and (
+                size is None or os.path.getsize(path) == size))
+            if not here:
+                away.append(r)
+                continue
+            folder = os.path.dirname(path)
+            if os.path.basename(folder) == LATER_DIR:
+                folder = os.path.dirname(folder)
+        if folder not in folders:
+            folders.append(folder)
+    return folders, away
 
 
 def _job_ended(source: StoreSource) -> str:

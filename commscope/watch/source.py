@@ -261,6 +261,23 @@ class StoreSource:
                 self._configs[r] = config
                 self._config_groups[r] = {str(k) for k in config}
 
+    def dump_notes(self) -> dict[int, dict[str, Any]]:
+        """Rank → where it wrote its newest dump (``host``, ``path``, ``reason``,
+        ``count``), for the ranks that have noted one; a note that does not parse is
+        skipped."""
+        if self._store is None:
+            self.connect()
+        assert self.world_size is not None
+        keys = [progress.dumped_key(self.tid, r) for r in range(self.world_size)]
+        present = self._present(keys)
+        out: dict[int, dict[str, Any]] = {}
+        for i, raw in zip(present, self._multi_get([keys[i] for i in present])):
+            try:
+                out[i] = progress.decode_dumped(raw)
+            except progress.RecordError:
+                continue
+        return out
+
     def request_dump(self) -> int:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
         it next publishes); return the request's number."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from commscope.mesh import HostTable
 
 pytestmark = pytest.mark.dist
 
@@ -33,7 +36,7 @@ def test_demo_size_fault_is_named(tmp_path):
     assert "[size_mismatch] Rank 3 called all_reduce ([[2]] Float)" in text
     assert "the analysis names the injected fault: size_mismatch, rank 3" in text
     analysis = json.loads((out / "analysis.json").read_text())
-    assert analysis["format"] == "commscope.analysis/1"
+    assert analysis["format"] == "commscope.analysis/2"
     assert analysis["findings"][0]["kind"] == "size_mismatch"
     assert analysis["findings"][0]["culprit_ranks"] == [3]
     for name in ("comm_trace.json", "comm_trace.html", "timeline.json", "report.html"):
@@ -57,12 +60,18 @@ def test_demo_default_fault_is_the_skipped_dp_all_reduce(tmp_path):
     assert root["culprit_ranks"] == [3] and root["waiting_ranks"] == [0, 1, 2]
 
 
-def _normalized(text: str, out: str) -> list[str]:
-    """Demo output without what changes from run to run (paths, timings, progress)."""
+def _normalized(text: str, out: str, host: str | None = None) -> list[str]:
+    """Demo output without what changes from run to run (paths, timings, progress);
+    ``host``: this machine's name in the mesh picture, shown as the README's ``devbox``
+    (with the picture's spacing, which follows the name's length, collapsed)."""
     lines = []
     for line in text.replace(out, "<out>").splitlines():
         if re.match(r"\s+\d+ s: dumps from ranks", line) or line.startswith("analyzed in "):
             continue
+        if host is not None:
+            line = re.sub(rf"(?<=[ (]){re.escape(host)}(?=[ )\];]|$)", "devbox", line)
+        if "devbox" in line or re.match(r"\s+tp=0\s+tp=1$", line):
+            line = re.sub(r" {2,}", "  ", line.strip())
         lines.append(re.sub(r" \(\d+\.\d s\)$", "", line.rstrip()))
     return lines
 
@@ -73,7 +82,8 @@ def test_readme_shows_what_the_demo_prints(tmp_path):
     pasted_out = re.search(r"output folder: (\S+)", block).group(1)
     proc, out = _demo(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert _normalized(proc.stdout, str(out)) == _normalized(block, pasted_out)
+    host = HostTable.from_hostnames([socket.gethostname()]).labels[0]
+    assert _normalized(proc.stdout, str(out), host) == _normalized(block, pasted_out)
 
 
 def test_demo_watch_names_the_stall_before_the_recorder_timeout(tmp_path):

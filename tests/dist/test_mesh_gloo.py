@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import timedelta
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from commscope import compat
-from commscope.mesh import DeviceMesh, MeshDisagreement, MeshError, init_device_mesh
+from commscope.mesh import DeviceMesh, HostTable, MeshDisagreement, MeshError, init_device_mesh
 from tests.needs import torch_has
 
 pytestmark = pytest.mark.dist
@@ -369,19 +370,21 @@ def _warn_tp(rank, world):
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logging.getLogger("commscope.mesh.topology").addHandler(handler)
+    logging.getLogger("commscope.mesh").addHandler(handler)
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "dp"))
-    init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "dp"))  # warned once only
-    return [r.getMessage() for r in records], mesh.describe()
+    return [r.getMessage() for r in records], mesh.describe(), mesh.hosts.gathered
 
 
-def test_tp_across_hosts_warns_once(ranks):
-    messages, picture = ranks(_warn_tp, 4, env={"LOCAL_WORLD_SIZE": "2"}, timeout=60)[0]
-    assert len(messages) == 1
-    assert "mesh axis 'tp' (2 ranks) crosses hosts" in messages[0]
-    assert "Put 'tp' last" in messages[0]
-    assert "[0 h0]" in picture and "2 h1" in picture
-    assert "tp  2 ranks per group, 2 groups: crosses hosts" in picture
+def test_real_hostnames_win_over_local_world_size(ranks):
+    # torchrun's LOCAL_WORLD_SIZE says 2 ranks per host, but all four ranks run on this
+    # machine: the gathered hostnames say one host, and nothing crosses it
+    # (tests/dist/test_mesh_hosts.py runs ranks under hostnames of their own)
+    results = ranks(_warn_tp, 4, env={"LOCAL_WORLD_SIZE": "2"}, timeout=60)
+    _, picture, gathered = results[0]
+    assert all(m == [] for m, _, _ in results) and gathered
+    label = HostTable.from_hostnames([socket.gethostname()]).labels[0]
+    assert f"4 ranks, 1 host ({label})" in picture
+    assert "tp  2 ranks per group, 2 groups: inside a host" in picture
 
 
 def _unflatten(rank, world):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,6 +83,15 @@ def test_watch_sees_the_job_progress(job, capsys):
     group = second["groups"][0]
     assert group["desc"] == "default_pg" and group["enqueued_max"] > first["groups"][0][
         "enqueued_max"]
+
+
+def test_dump_of_a_healthy_running_job_never_says_hang(job, capsys):
+    # the ranks are 0-50 ms into ordinary all_reduces when they dump: caught in flight
+    assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "live verdict (every rank's record, all hosts): HEALTHY" in out, out
+    assert "verdict: HEALTHY" in out and "HANG" not in out, out
+    assert f"{socket.gethostname()}:{job.folder / 'commscope_traces'}/  ranks 0-3" in out, out
 
 
 def test_a_stalled_rank_is_named_within_two_intervals(job, capsys):

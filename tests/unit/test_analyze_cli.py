@@ -41,7 +41,7 @@ def test_output_file_gets_the_report(tmp_path, capsys):
 def test_json_to_stdout_and_to_a_json_file(tmp_path, capsys):
     assert main(["analyze", str(DATA / "dtype_mismatch"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["format"] == "commscope.analysis/1" and data["verdict"] == "desync"
+    assert data["format"] == "commscope.analysis/2" and data["verdict"] == "desync"
     out = tmp_path / "a.json"
     assert main(["analyze", str(DATA / "dtype_mismatch"), "-o", str(out)]) == 0
     assert json.loads(out.read_text()) == data
@@ -181,7 +181,7 @@ def test_public_surface_is_importable_and_documented():
         assert obj is not None
         if callable(obj):
             assert obj.__doc__, name
-    assert A.FORMAT == "commscope.analysis/1"
+    assert A.FORMAT == "commscope.analysis/2"
     assert set(A.KINDS) >= {"missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch",
                             "order_mismatch", "p2p_unmatched", "crashed_rank",
                             "cross_group_deadlock", "truncated_history", "straggler",

@@ -117,8 +117,8 @@ def test_cycle_is_reported_once():
 def test_json_has_exactly_the_documented_shape():
     result = analyze(DATA / "missing_rank").to_json()
     assert list(result) == ["format", "verdict", "ranks", "unreadable", "other_jobs",
-                            "findings"]
-    assert result["format"] == FORMAT == "commscope.analysis/1"
+                            "findings", "hosts", "exclude_hosts"]
+    assert result["format"] == FORMAT == "commscope.analysis/2"
     assert list(result["ranks"]) == ["expected", "loaded", "missing"]
     for f in result["findings"]:
         assert list(f) == ["kind", "group", "collective_seq_id", "op", "culprit_ranks",

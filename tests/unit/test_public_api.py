@@ -14,6 +14,8 @@ PUBLIC_MODULES = [
     "commscope.mesh.errors",
     "commscope.mesh.layout",
     "commscope.mesh.topology",
+    "commscope.mesh.hosts",
+    "commscope.mesh.gather",
     "commscope.mesh.plan",
     "commscope.mesh.device_mesh",
     "commscope.comm",
@@ -53,6 +55,8 @@ def test_mesh_exports_what_it_imports():
         "errors",
         "groups",
         "reshape",
+        "hosts",
+        "gather",
     }
     assert public <= set(mesh.__all__)
     from commscope.mesh import DeviceMesh, MeshDisagreement, init_device_mesh  # lazy names

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commscope.analyze.align.match import GroupView, P2PIssue
-from commscope.analyze.model import GAP, Group, LoadResult, Sig
+from commscope.analyze.model import GAP, Group, HostMap, LoadResult, Sig
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.read.places import Frame
 from commscope.analyze.text import frame_text
@@ -25,6 +25,10 @@ class Context:
     frames: FrameSource
     stale: dict[int, int] = field(default_factory=dict)
     """Rank → how many ns its dump is older than the others' median (crashed early)."""
+    hosts: HostMap = field(default_factory=lambda: HostMap({}))
+    """Where every rank ran, from the dumps' places and host tables."""
+    away: dict[str, list[int]] = field(default_factory=dict)
+    """Host → its ranks whose dumps are on that host, not here (never crashed for it)."""
 
     def sig(self, rank: int, group: str, seq: int) -> Sig | None:
         """The signature of ``rank``'s collective ``seq`` in ``group``."""
@@ -70,6 +74,21 @@ class Context:
         """``group 0`` or ``group mesh_dp (d876ba23)`` (see :meth:`Group.ref`)."""
         g = self.groups.get(group)
         return g.ref() if g is not None else f"group {group}"
+
+    def on_hosts(self, ranks: list[int]) -> str:
+        """`` (hostB, pid 4242)`` for one rank, `` (on hostA, hostB)`` for several, when the
+        job spans more than one host; ``""`` on one host or when the dumps do not say."""
+        if len(self.hosts.hosts()) < 2:
+            return ""
+        if len(ranks) == 1:
+            label = self.hosts.label(ranks[0])
+            return f" ({label})" if label else ""
+        names = list(dict.fromkeys(h for h in (self.hosts.host(r) for r in ranks) if h))
+        if not names:
+            return ""
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more hosts"
+                                         if len(names) > 4 else "")
+        return f" (on {shown})"
 
     def where(self, rank: int, group: str, seq: int) -> str:
         """``make.py:12 in step`` for a record, or a note that no stack was recorded."""

@@ -147,7 +147,7 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
         view = _best_view(ctx, r)
         buckets.setdefault(view.group.key if view else None, []).append(r)
     for key, ranks in sorted(buckets.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
-        who = ranks_phrase(ranks)
+        who = ranks_phrase(ranks) + ctx.on_hosts(ranks)
         waiting = sorted(reaching(set(ranks), graph))
         victims = [v for v in victims_all if v in waiting or not waiting]
         if key is None:
@@ -199,24 +199,25 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
             tail = ""
         victims = [v for v in victims_all if v in waiting]
         why = reasons[r]
+        at_host = ctx.on_hosts([r])
         if why == "stale":
             gap = ctx.stale[r]
             reason = f" (reason: {d.dump_reason})" if d.dump_reason else ""
-            head = (f"Rank {r}'s dump was written {ms(gap)} before the others'{reason}: it "
-                    f"stopped early, after {activity} at {frame_text(frame)}.")
+            head = (f"Rank {r}{at_host}'s dump was written {ms(gap)} before the others'"
+                    f"{reason}: it stopped early, after {activity} at {frame_text(frame)}.")
         elif why == "exception":
             exc = ctx.frames.exception(r)
             if exc is not None:
                 kind, text, place = exc
                 at = f" at {place_text(place)}" if place else ""
-                head = (f"Rank {r} crashed: it raised {kind}: {text}{at}, after {activity} "
-                        f"at {frame_text(frame)}.")
+                head = (f"Rank {r}{at_host} crashed: it raised {kind}: {text}{at}, after "
+                        f"{activity} at {frame_text(frame)}.")
             else:
-                head = (f"Rank {r} crashed: it dumped on an uncaught exception (its dump "
+                head = (f"Rank {r}{at_host} crashed: it dumped on an uncaught exception (its dump "
                         f"does not say which), after {activity} at {frame_text(frame)}.")
         else:
-            head = (f"Rank {r} was stopped by a signal ({d.dump_reason}) that no other rank "
-                    f"got, after {activity} at {frame_text(frame)}.")
+            head = (f"Rank {r}{at_host} was stopped by a signal ({d.dump_reason}) that no "
+                    f"other rank got, after {activity} at {frame_text(frame)}.")
         findings.append(Finding(
             kind="crashed_rank", group=group, collective_seq_id=seq,
             op=record_op(ctx, waits[0].waiter if waits else r, group.key if group else None, seq),

@@ -61,13 +61,20 @@ from commscope.analyze.diagnose.crashes import (
 )
 from commscope.analyze.diagnose.creations import creation_findings, creation_waits
 from commscope.analyze.diagnose.cycles import cycle_finding
+from commscope.analyze.diagnose.hosts import elsewhere_findings, elsewhere_ranks
 from commscope.analyze.diagnose.mismatch import (
     MISMATCH_KINDS,
     mismatch_findings,
     pending_mismatch_ranks,
 )
 from commscope.analyze.diagnose.skips import find_skip, skip_finding
-from commscope.analyze.diagnose.timing import stale_dumps, stalled_findings, straggler_findings
+from commscope.analyze.diagnose.timing import (
+    ON_DEMAND_STALL_S,
+    caught_running,
+    stale_dumps,
+    stalled_findings,
+    straggler_findings,
+)
 from commscope.analyze.diagnose.waits import WaitGraph, build_waits, find_cycles, reaching
 from commscope.analyze.diagnose.wording import (
     now_text,
@@ -85,9 +92,12 @@ _DONE = RETIRED | COMPLETED
 KINDS = (
     "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
     "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
-    "truncated_history", "straggler", "stalled_collective", "unreadable_dump", "healthy",
+    "truncated_history", "straggler", "stalled_collective", "unreadable_dump",
+    "dumps_elsewhere", "healthy",
 )
 _CYCLE_KINDS = ("cross_group_deadlock", "p2p_deadlock")
+_WAIT_KINDS = ("missing_rank", "p2p_unmatched", "stalled_collective", *_CYCLE_KINDS)
+"""Findings read from unfinished work alone (a wait), not from ranks disagreeing."""
 
 
 def _tier(f: Finding) -> int:
@@ -109,6 +119,8 @@ def _tier(f: Finding) -> int:
         return 6
     if f.kind == "unreadable_dump":
         return 7
+    if f.kind == "dumps_elsewhere":
+        return 3 if f.blocking else 7
     if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
         return 7
     return 8
@@ -180,7 +192,8 @@ def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> l
             kind="missing_rank", group=view.group, collective_seq_id=f.seq,
             op=sig.op if sig else None, culprit_ranks=culprits, waiting_ranks=waiting,
             blocking=any(p[1].waiting for p in parts),
-            message=(f"{who.capitalize()} never joined {'; nor '.join(texts)}; "
+            message=(f"{who.capitalize()}{ctx.on_hosts(culprits)} never joined "
+                     f"{'; nor '.join(texts)}; "
                      f"{nows_text(ctx, culprits)}."),
             details={"frames": {culprits[0]: frame},
                      "groups": [p[0].group.name for p in parts]},
@@ -392,7 +405,8 @@ def _healthy(ctx: Context) -> Finding:
 # ---------------------------------------------------------------------- the whole
 
 
-def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
+def diagnose(ctx: Context, straggler_ms: float = 50.0,
+             stall_s: float = ON_DEMAND_STALL_S) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
     ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
     findings = mismatch_findings(ctx)
@@ -400,10 +414,14 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
                         creation_waits(ctx.load))
     created, creating = creation_findings(ctx, graph)
     findings += created
-    reasons = {r: why for r, why in crash_reasons(ctx, graph).items() if r not in creating}
+    ctx.away = elsewhere_ranks(ctx)
+    away = {r for ranks in ctx.away.values() for r in ranks}
+    reasons = {r: why for r, why in crash_reasons(ctx, graph).items()
+               if r not in creating and r not in away}
     findings = killed_by_mismatch(ctx, graph, reasons, findings)
     findings += crash_findings(ctx, graph, reasons)
-    explained: set[int] = set(reasons) | creating
+    findings += elsewhere_findings(ctx, graph, ctx.away)
+    explained: set[int] = set(reasons) | creating | away
     for cycle in find_cycles(graph):
         if explained & {w.waiter for w in cycle}:
             continue
@@ -423,6 +441,9 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0) -> list[Finding]:
     if straggler_ms != float("inf"):
         findings += straggler_findings(ctx, straggler_ms)
     findings += _nothing_to_read(ctx, findings)
+    running = caught_running(ctx, stall_s)
+    if running is not None:  # a running job dumped on demand: its waits are in flight
+        findings = [f for f in findings if f.kind not in _WAIT_KINDS] + [running]
     findings.sort(key=_sort_key)
     if not findings:
         findings.append(_healthy(ctx))

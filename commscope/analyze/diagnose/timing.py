@@ -20,6 +20,13 @@ with the same signature while none finished it is stalled in the transport, not 
 program; reported only with evidence that it is old (the dump says ``timeout`` or the
 record is older than a minute at dump time), since a healthy job dumped mid-collective
 looks the same.
+
+Caught running (:func:`caught_running`): when every rank dumped on demand (an API call,
+``commscope dump``, SIGUSR1) and no unfinished op was older than the stall threshold
+(:data:`ON_DEMAND_STALL_S`) at its own rank's dump time, the job was running: the ranks
+inside a collective were caught mid-flight. The findings that only read unfinished work
+as waits give way to one ``healthy`` finding that says who and for how long; a
+disagreement between ranks is still reported.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from commscope.analyze.diagnose.context import Context
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
 from commscope.analyze.text import frame_text, ms, ranks_phrase
 
-__all__ = ["straggler_findings", "stale_dumps", "stalled_findings"]
+__all__ = ["straggler_findings", "stale_dumps", "stalled_findings", "caught_running",
+           "pending_age_ns", "ON_DEMAND_REASONS", "ON_DEMAND_STALL_S"]
 
 _DONE = RETIRED | COMPLETED
 _MIN_SAMPLES = 3
@@ -179,3 +187,56 @@ def stalled_findings(ctx: Context) -> list[Finding]:
             ))
             break
     return findings
+
+
+ON_DEMAND_REASONS = ("api", "request from commscope dump", "signal SIGUSR1")
+"""Dump reasons that ask for a dump of a job that may well be running (no incident)."""
+ON_DEMAND_STALL_S = 10.0
+"""In dumps taken on demand, an op unfinished for less than this is caught mid-flight."""
+
+
+def pending_age_ns(ctx: Context, rank: int) -> int | None:
+    """How long ``rank``'s oldest unfinished op had been running when it dumped, on the
+    rank's own clock (both times are its own: no host's clock is compared with
+    another's); ``None`` without unfinished work or a dump time."""
+    d = ctx.load.dumps.get(rank)
+    if d is None or not d.pending or d.dump_time_ns is None:
+        return None
+    group, seq, index = d.pending[0]
+    if seq >= 0:
+        t = d.tracks.get(group)
+        if t is None or not t.lo <= seq <= t.hi:
+            return None
+        created = t.created[seq - t.lo]
+    else:
+        created = next((op.created for op in d.p2p if op.index == index), 0)
+    return max(0, d.dump_time_ns - created) if created else None
+
+
+def caught_running(ctx: Context, stall_s: float = ON_DEMAND_STALL_S) -> Finding | None:
+    """A ``healthy`` finding when the job was running as it dumped: every rank has a
+    dump, every dump was asked for on demand (:data:`ON_DEMAND_REASONS`: an API call,
+    ``commscope dump``, SIGUSR1, not an incident), and no unfinished op was older than
+    ``stall_s`` at its rank's dump time. Ranks are then caught mid-collective, not
+    stuck; the finding says which and for how long. ``None`` otherwise."""
+    dumps = ctx.load.dumps
+    if not dumps or any(r not in dumps for r in ctx.expected):
+        return None
+    if any((d.dump_reason or "") not in ON_DEMAND_REASONS for d in dumps.values()):
+        return None
+    ages = {r: age for r in dumps if (age := pending_age_ns(ctx, r)) is not None}
+    if any(d.pending for r, d in dumps.items() if r not in ages):
+        return None  # unfinished work of unknown age: cannot say it was fresh
+    if not ages or max(ages.values()) >= stall_s * 1e9:
+        return None
+    ranks = sorted(ages)
+    reasons = ", ".join(sorted({d.dump_reason or "" for d in dumps.values()}))
+    return Finding(
+        kind="healthy", group=None, collective_seq_id=None, op=None, culprit_ranks=[],
+        waiting_ranks=[],
+        message=(f"The dumps were asked for while the job ran ({reasons}), and "
+                 f"{ranks_phrase(ranks)} {'was' if len(ranks) == 1 else 'were'} inside a "
+                 f"collective for at most {ms(max(ages.values()))}, under the "
+                 f"{stall_s:g} s stall threshold: caught mid-collective, not stuck."),
+        details={"caught_running": {r: ages[r] for r in ranks}},
+    )

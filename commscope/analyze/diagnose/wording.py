@@ -82,9 +82,9 @@ def _aside(ctx: Context, rank: int) -> str:
     return out
 
 
-def _render(kind: str, text: str, ranks: list[int]) -> str:
+def _render(kind: str, text: str, ranks: list[int], hosts: str = "") -> str:
     one = len(ranks) == 1
-    who = ranks_phrase(ranks)
+    who = ranks_phrase(ranks) + hosts
     their = "its" if one else "their"
     are = "is" if one else "are"
     has = "has" if one else "have"
@@ -114,7 +114,8 @@ def nows_text(ctx: Context, ranks: list[int], limit: int = 4) -> str:
     groups: dict[tuple[str, str], list[int]] = {}
     for r in ranks:
         groups.setdefault(_now(ctx, r), []).append(r)
-    parts = [_render(kind, text, rs) for (kind, text), rs in list(groups.items())[:limit]]
+    parts = [_render(kind, text, rs, ctx.on_hosts(rs))
+             for (kind, text), rs in list(groups.items())[:limit]]
     if len(groups) > limit:
         parts.append(f"and {len(groups) - limit} more")
     return "; ".join(parts)

@@ -299,7 +299,7 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"format": "commscope.analysis/1", "verdict": a.verdict,
+        "otherData": {"format": "commscope.analysis/2", "verdict": a.verdict,
                       "root_cause": a.findings[0].message if a.findings else ""},
     }
 

@@ -146,6 +146,50 @@ def _group_rows(a: Analysis, all_groups: bool = False) -> list[str]:
     return out
 
 
+_MAX_HOST_ROWS = 16
+
+
+def _host_rows(a: Analysis) -> list[str]:
+    """``hosts:`` one row per host when the job spans several (where its ranks' dumps
+    went, which are here, who the findings blame there); at scale only the hosts with
+    something to say, the rest counted."""
+    by_host = a.hosts.hosts()
+    if len(by_host) < 2:
+        return []
+    crashed = {r for f in a.findings if f.kind == "crashed_rank" for r in f.culprit_ranks}
+    culprits = {r for f in a.findings if f.blocking for r in f.culprit_ranks}
+    loaded = set(a.loaded)
+    rows = [("host", "ranks", "dumps here", "dump folder (on that host)", "")]
+    quiet = 0
+    for host, ranks in by_host.items():
+        here = [r for r in ranks if r in loaded]
+        notes = []
+        if crashed & set(ranks):
+            notes.append(f"crashed: {rank_list(sorted(crashed & set(ranks)), 4)}")
+        if (culprits - crashed) & set(ranks):
+            notes.append(f"culprit: {rank_list(sorted((culprits - crashed) & set(ranks)), 4)}")
+        if not here:
+            notes.append("no dump here")
+        elif len(here) < len(ranks):
+            notes.append(f"missing: {rank_list([r for r in ranks if r not in loaded], 4)}")
+        if not notes and len(by_host) > _MAX_HOST_ROWS:
+            quiet += 1
+            continue
+        rows.append((host, rank_list(ranks, 4), f"{len(here)}/{len(ranks)}",
+                     a.hosts.dump_dir(ranks) or "?", "; ".join(notes)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    out = ["hosts:"]
+    for r in rows:
+        out.append(("  " + "  ".join(c.ljust(w) for c, w in zip(r[:4], widths))
+                    + ("  " + r[4] if r[4] else "")).rstrip())
+    if quiet:
+        out.append(f"  + {quiet} more hosts: every dump here, nothing to report")
+    exclude = [h for h in dict.fromkeys(a.hosts.host(r) for r in sorted(crashed)) if h]
+    if exclude:
+        out.append(f"  leave out on restart: {', '.join(exclude)} (--json: exclude_hosts)")
+    return out
+
+
 def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = False) -> str:
     """The analysis as text for a terminal or a file (see ``commscope analyze``);
     ``all_groups`` lists every group, also the one-member ones that recorded nothing."""
@@ -160,6 +204,7 @@ def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = 
     lines.append("")
     lines.append(f"ranks: expected {rank_list(a.expected)}; loaded {rank_list(a.loaded)}; "
                  f"missing {rank_list(a.missing)}")
+    lines += _host_rows(a)
     if a.views or any(not c.done for d in a.load.dumps.values() for c in d.creations):
         lines.append("groups:")
         lines += _group_rows(a, all_groups)

@@ -36,6 +36,7 @@ from commscope.analyze.model import (
     Creation,
     P2POp,
     RankDump,
+    RankPlace,
     Sig,
     SigTable,
     Track,
@@ -65,6 +66,7 @@ from commscope.analyze.read.records import (
 )
 from commscope.analyze.read.records import end_times as record_end_times
 from commscope.analyze.read.signature import coalesced_key, decode_sig, match_key, sig_key
+from commscope.hosttable import decode_table
 
 __all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
 
@@ -147,6 +149,38 @@ def _job(data: dict[str, Any], dump: RankDump) -> None:
         dump.job = (job["id"][:100], num("restart"), num("started_ns"), num("world_size"))
 
 
+def _place(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
+    """Where the rank ran (``commscope_place``, else ``hostname``/``pid``) and the job's
+    host table it carries (``commscope_hosts``)."""
+    place = data.get("commscope_place")
+
+    def num(value: Any) -> int | None:
+        return value if type(value) is int and 0 <= value < 2**31 else None
+
+    def text(value: Any) -> str | None:
+        return value[:4096] if type(value) is str and value else None
+
+    if isinstance(place, dict) and text(place.get("host")):
+        dump.place = RankPlace(host=str(text(place["host"]))[:255], pid=num(place.get("pid")),
+                               dump_dir=text(place.get("dump_dir")),
+                               node_rank=num(place.get("node_rank")),
+                               local_rank=num(place.get("local_rank")))
+    elif place is not None:
+        problems.append(f"commscope_place is {short(place)}, ignored")
+    elif dump.hostname:
+        dump.place = RankPlace(host=dump.hostname[:255], pid=dump.pid)
+    table = data.get("commscope_hosts")
+    if table is not None:
+        decoded = decode_table(table)
+        if decoded is None:
+            problems.append("commscope_hosts is not a host table, ignored")
+        else:
+            dump.host_table = {
+                rank: RankPlace(host=host[:255], pid=pid, dump_dir=where[:4096] or None,
+                                node_rank=node)
+                for rank, (host, where, pid, node) in decoded.items()}
+
+
 def _creations(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
     items = data.get("commscope_group_creations")
     if items is None:
@@ -212,6 +246,7 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
         dump.world_size = None
     _threads_and_exception(data, dump)
     _job(data, dump)
+    _place(data, dump, problems)
     _creations(data, dump, problems)
     config = data.get("pg_config")
     if isinstance(config, dict):

@@ -25,7 +25,8 @@ Algorithm (:func:`load_dumps`):
    its reader again is reported as unreadable with that reason.
 5. **Merge**: signatures are interned into one table; two files claiming one rank keep
    the one with the later dump time, then more records, then the smaller path, and
-   the other is reported as a duplicate. An unreadable file whose name does not look
+   the other is reported as a duplicate (:func:`choose_newest`; several inputs bring
+   their own rule across inputs, :mod:`.inputs`). An unreadable file whose name does not look
    like the readable dumps' (``checkpoint_10000`` beside ``rank_<N>``) is listed but
    claims no rank. Half-written files (``rank_0.tmp1234``) are skipped. The result
    never depends on listing order.
@@ -70,12 +71,16 @@ except ImportError:  # pragma: no cover - depends on the build
     _fastread = None  # type: ignore[assignment]
 
 __all__ = [
+    "Choose",
     "DumpError",
     "SafeUnpickler",
+    "choose_newest",
     "discover",
+    "rank_in_name",
     "read_dump_file",
     "load_file",
     "load_dumps",
+    "load_found",
 ]
 
 logger = logging.getLogger(__name__)
@@ -190,12 +195,15 @@ def read_dump_file(path: str | os.PathLike[str]) -> Any:
 
 
 def discover(
-    path: str | os.PathLike[str], prefix: str | None = None
+    path: str | os.PathLike[str], prefix: str | None = None,
+    max_depth: int | None = _MAX_DEPTH,
 ) -> tuple[list[tuple[str, int | None]], list[str]]:
     """List candidate dump files under ``path`` with the rank their name gives.
 
     Returns ``(candidates, ignored)``; candidates are ``(path, rank_from_name)`` sorted
-    by path. Raises ``FileNotFoundError`` when ``path`` does not exist.
+    by path. Sub-folders are searched ``max_depth`` levels deep (``None``: all of them,
+    for an unpacked archive, whose size is already bounded). Raises
+    ``FileNotFoundError`` when ``path`` does not exist.
     """
     root = Path(path)
     if not root.exists():
@@ -212,8 +220,9 @@ def discover(
         for folder in later:  # the later dumps of an incident: the first one is analyzed
             ignored.extend(os.path.join(folder, f) for f in sorted(os.listdir(folder))
                            if not f.startswith("."))  # a write cut short is no dump
+        deeper = max_depth is None or depth < max_depth
         dirnames[:] = sorted(d for d in dirnames
-                             if not d.startswith(".") and d != LATER_DIR and depth < _MAX_DEPTH)
+                             if not d.startswith(".") and d != LATER_DIR and deeper)
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             rel = name if depth == 0 else (rel_dir / name).as_posix()
@@ -228,6 +237,13 @@ def discover(
 
 
 _NO_MATCH = object()
+
+
+def rank_in_name(rel: str, prefix: str | None = None) -> int | None:
+    """The rank a file at ``rel`` (a ``/``-joined path under the folder) would be read
+    for by :func:`discover`; ``None`` when it would not be a dump candidate with a rank."""
+    rank = _rank_from_name(rel.rpartition("/")[2], rel, prefix)
+    return rank if isinstance(rank, int) else None
 
 
 def _rank_from_name(name: str, rel: str, prefix: str | None) -> object:
@@ -474,9 +490,36 @@ def load_dumps(
             ignored.extend(skipped)
         files.sort()
         root = os.path.commonpath([os.fspath(p) for p in path]) if path else ""
+    return load_found(files, ignored, root, jobs=jobs, progress=progress,
+                      end_times=end_times, world_size=world_size)
+
+
+Choose = Callable[[int, list[RankDump]], tuple[RankDump, list[Unreadable]]]
+"""Given a rank and every dump of it, the one analyzed and why each other is set aside."""
+
+
+def load_found(
+    files: Sequence[tuple[str, int | None]],
+    ignored: Sequence[str],
+    root: str,
+    *,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    end_times: bool = False,
+    world_size: int | None = None,
+    refused: Sequence[Unreadable] = (),
+    choose: Choose | None = None,
+) -> LoadResult:
+    """Steps 2-5 of :func:`load_dumps` on files already found (:func:`discover`).
+
+    ``refused``: files reported before reading (archive members that were not
+    unpacked), treated like unreadable ones. ``choose`` picks among several dumps of one
+    rank (default :func:`choose_newest`). ``root`` is only recorded, never read.
+    """
+    ignored = list(ignored)
     n_jobs = _default_jobs(files) if jobs is None else max(1, int(jobs))
     table = SigTable()
-    unreadable: list[Unreadable] = []
+    unreadable: list[Unreadable] = list(refused)
     by_rank: dict[int, list[RankDump]] = {}
     rank_lists: dict[Any, Any] = {}
     done = 0
@@ -501,15 +544,8 @@ def load_dumps(
             unreadable.append(Unreadable(item.path, _partial_text(item), item.rank))
     dumps: dict[int, RankDump] = {}
     for rank in sorted(by_rank):
-        chosen, *others = sorted(by_rank[rank], key=_preference)
-        dumps[rank] = chosen
-        for other in others:
-            unreadable.append(Unreadable(
-                other.path,
-                f"duplicate dump of rank {rank}: kept {chosen.path} "
-                f"({_why_kept(chosen, other)})",
-                rank,
-            ))
+        dumps[rank], aside = (choose or choose_newest)(rank, by_rank[rank])
+        unreadable.extend(aside)
     _share_columns(dumps)
     table.columns.clear()
     stems = {_stem(d.path) for d in dumps.values()}
@@ -546,6 +582,14 @@ def _partial_text(dump: RankDump) -> str:
     shown = "; ".join(dump.problems[:3])
     more = f" (+{len(dump.problems) - 3} more)" if len(dump.problems) > 3 else ""
     return f"partly used (rank {dump.rank}, {dump.n_entries} records kept): {shown}{more}"
+
+
+def choose_newest(rank: int, dumps: list[RankDump]) -> tuple[RankDump, list[Unreadable]]:
+    """Of several files claiming ``rank`` in one folder: the later dump time, then more
+    records, then fewer problems, then the smaller path; the others are duplicates."""
+    chosen, *others = sorted(dumps, key=_preference)
+    return chosen, [Unreadable(other.path, f"duplicate dump of rank {rank}: kept {chosen.path} "
+                               f"({_why_kept(chosen, other)})", rank) for other in others]
 
 
 def _preference(d: RankDump) -> tuple[Any, ...]:

@@ -113,6 +113,11 @@ def build_dump(
         out["commscope_exception"] = exception_record(exception, rec.config.max_frames)
     if rec.job is not None:
         out["commscope_job"] = dict(rec.job)
+    if rec.place is not None:
+        out["commscope_place"] = dict(rec.place)
+    table = rec.hosts.table if rec.hosts is not None else None
+    if table is not None:
+        out["commscope_hosts"] = table
     cache: dict[Any, Any] = {}
     creations = rec.creations.snapshot()
     if only_active:
@@ -277,8 +282,10 @@ class Dumper:
                 if exception is not None and fatal and self.exception is None:
                     self.exception = exception
                 kept = exception or self.exception
-                data = serialize(build_dump(self.rec, reason, exception=kept), fmt,
-                                 cfg.compress)
+                built = build_dump(self.rec, reason, exception=kept)
+                if "commscope_place" in built:
+                    built["commscope_place"]["path"] = os.path.abspath(path)
+                data = serialize(built, fmt, cfg.compress)
                 written = write_atomic(path, data)
                 self.last_path, self.last_reason = written, reason
                 self.count += 1

@@ -21,7 +21,12 @@ watch file; without one the token is empty):
 * ``commscope_watch/<id>/config/<r>``: rank ``r``'s groups (``pg_config``), written when
   they change (they are big at scale and rarely change);
 * ``commscope_watch/<id>/dump``: a counter ``commscope dump`` bumps to ask every rank for
-  its flight-recorder dump (each rank looks at it when it publishes).
+  its flight-recorder dump (each rank looks at it when it publishes);
+* ``commscope_watch/<id>/dumped/<r>``: where rank ``r`` wrote its newest dump, rewritten
+  after each one: ``{"host", "path", "reason", "count", "bytes", "time_ns"}``
+  (``count`` counts the rank's dumps, ``bytes`` is the file's size), so
+  ``commscope dump`` and a job's log can list every dump of every host as
+  ``host:path`` without reading another host's disk.
 
 A progress record is a dump in miniature, read by the analyzer like a file once
 :func:`as_dump` has expanded it: the rank, the time, per group the last enqueued and
@@ -50,6 +55,8 @@ __all__ = [
     "rank_key",
     "config_key",
     "dump_key",
+    "dumped_key",
+    "decode_dumped",
     "beat_key",
     "encode_beat",
     "decode_beat",
@@ -122,6 +129,23 @@ def config_key(tid: str, rank: int) -> str:
 def dump_key(tid: str) -> str:
     """The counter ``commscope dump`` bumps to ask every rank to dump."""
     return f"{ROOT}/{tid}/dump"
+
+
+def dumped_key(tid: str, rank: int) -> str:
+    """Where rank ``rank`` says where it wrote its newest dump."""
+    return f"{ROOT}/{tid}/dumped/{rank}"
+
+
+def decode_dumped(raw: bytes | bytearray | memoryview | None) -> dict[str, Any]:
+    """A rank's note of its newest dump; raises :class:`RecordError` for anything else."""
+    try:
+        value = json.loads(bytes(raw or b"")[:65536].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise RecordError("dump note is not JSON") from None
+    if not (isinstance(value, dict) and isinstance(value.get("host"), str)
+            and isinstance(value.get("path"), str) and type(value.get("count")) is int):
+        raise RecordError("not a dump note (host, path, count)")
+    return value
 
 
 def encode(record: dict[str, Any]) -> bytes:

@@ -7,9 +7,12 @@ thread uses), so publishing never waits behind or in front of a collective. Buil
 record takes a snapshot of the ring (the ring's lock, a few microseconds) and formats
 the newest and the unfinished records; nothing else of the hot path changes.
 
-Rank 0 also writes the job's description and, when ``COMMSCOPE_WATCH_FILE`` is set (``commscope
-run`` sets it), a watch file with the store's address and the token, readable by the
-owner only, so ``commscope watch`` can attach.
+Every rank publishes under the job's one token, which the ranks of all hosts agree on
+through the store (``rec.watch_token``, :func:`commscope.flight.record.job.agree_token`).
+Rank 0 also writes the job's description, and the first rank of every host writes that
+host's watch file (``COMMSCOPE_WATCH_FILE``, which ``commscope run`` sets, else
+``watch.json`` beside the dumps) with the store's address and the token, readable by the
+owner only, so ``commscope watch`` and ``commscope dump`` attach from any host.
 """
 
 from __future__ import annotations
@@ -119,6 +122,17 @@ def _p2p_op(profiling_name: str) -> str:
     return name.split(" ", 1)[0]
 
 
+def _first_on_host() -> bool:
+    """Whether this process is its host's first rank (``LOCAL_RANK`` 0, or Slurm's and
+    Open MPI's local id 0); with no launcher saying, every rank counts as first (they
+    then write the same watch file, atomically)."""
+    for name in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        text = os.environ.get(name)
+        if text is not None:
+            return text.strip() == "0"
+    return True
+
+
 class Publisher:
     """Publishes this rank's progress record every ``interval_s`` (see module doc)."""
 
@@ -126,6 +140,7 @@ class Publisher:
         self.rec = rec
         self.interval_s = interval_s
         self.token = os.environ.get(TOKEN_ENV, "")
+        """This host's token until the ranks agree on the job's (``rec.watch_token``)."""
         self.tid = progress.token_id(self.token)
         self._store: Any = None
         self._store_source: Any = None
@@ -140,11 +155,19 @@ class Publisher:
         self._last_content = b""
         """Wall time spent publishing so far (building, encoding, the store calls)."""
         self._channels = P2PChannels()
+        self._note: dict[str, Any] | None = None
+        self._thread: threading.Thread | None = None
+        """The watchdog thread, which alone uses this publisher's store client."""
 
     def _client(self) -> Any:
         source = self.rec.store
         if source is None:
             return None
+        agreed = self.rec.watch_token
+        if agreed and agreed != self.token:
+            # every host's ranks publish under the one token they agreed on
+            self.token, self.tid = agreed, progress.token_id(agreed)
+            self._store_source = None
         if source is not self._store_source:
             self._store_source = source
             root = root_store(source)
@@ -157,7 +180,11 @@ class Publisher:
 
     def _announce(self) -> None:
         store = self._store
-        if self.rec.global_rank != 0 or store is None:
+        if store is None:
+            return
+        if _first_on_host():
+            self._write_file()  # every host gets its own watch file
+        if self.rec.global_rank != 0:
             return
         try:
             store.add(progress.JOBS_KEY, 1)
@@ -167,7 +194,6 @@ class Publisher:
             store.set(progress.meta_key(self.tid), json.dumps(meta))
         except Exception as exc:
             logger.debug("commscope watch: could not announce the job: %r", exc)
-        self._write_file()
 
     def _write_file(self) -> None:
         address = store_address(self._store_source)
@@ -177,6 +203,7 @@ class Publisher:
             os.path.dirname(os.path.abspath(self.rec.config.dump_prefix)), "watch.json")
         data = {"store": address, "token": self.token, "world_size": self.rec.world_size,
                 "dump_prefix": os.path.abspath(self.rec.config.dump_prefix),
+                "host": socket.gethostname(), "rank": self.rec.global_rank,
                 "pid": os.getpid(), "written_ns": time.time_ns()}
         try:
             directory = os.path.dirname(os.path.abspath(path))
@@ -201,6 +228,8 @@ class Publisher:
         try:
             start = time.perf_counter()
             rank = self.rec.global_rank
+            self._thread = threading.current_thread()
+            self._flush_note()
             self._publish_config(store)
             content = progress.encode(self.record())
             if content != self._last_content:
@@ -228,6 +257,30 @@ class Publisher:
         elif n > self._dumps_seen:
             self._dumps_seen = n
             self.dump_requested = True
+
+    def note_dump(self, path: str, reason: str, count: int) -> None:
+        """Say, through the store, where this rank wrote its newest dump (``host:path``).
+        Written at once from the watchdog thread (the one thread that uses this client),
+        else at its next round."""
+        try:
+            size: int | None = os.path.getsize(path)
+        except OSError:
+            size = None
+        self._note = {"host": socket.gethostname(), "path": path, "reason": reason,
+                      "count": count, "bytes": size, "time_ns": time.time_ns()}
+        if threading.current_thread() is self._thread:
+            self._flush_note()
+
+    def _flush_note(self) -> None:
+        note, store = self._note, self._store
+        if note is None or store is None or self.rec.global_rank < 0:
+            return
+        try:
+            store.set(progress.dumped_key(self.tid, self.rec.global_rank),
+                      json.dumps(note, separators=(",", ":")))
+            self._note = None
+        except Exception as exc:
+            logger.debug("commscope watch: could not note the dump: %r", exc)
 
     def take_dump_request(self) -> bool:
         """Whether ``commscope dump`` asked for a dump since the last call."""

@@ -31,6 +31,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -191,6 +192,8 @@ class Watchdog:
                 self._safe_dump("collective error")
                 self._post_request("collective error")
         self._check_requests()
+        if rec.hosts is not None and not rec.hosts.done:
+            rec.hosts.tick(self._get_store())
         if self.publisher is not None:
             self.publisher.tick()
             if self.publisher.take_dump_request():
@@ -201,7 +204,10 @@ class Watchdog:
         self._last_dump = time.monotonic()
         try:
             path = self.dumper.dump(reason, exception=exception, fatal=fatal)
-            logger.warning("commscope flight: wrote %s (%s)", path, reason)
+            logger.warning("commscope flight: wrote %s:%s (%s)", socket.gethostname(), path,
+                           reason)
+            if self.publisher is not None:
+                self.publisher.note_dump(path, reason, self.dumper.count)
             return path
         except Exception as exc:
             logger.warning("commscope flight: dump failed (%s): %r", reason, exc)

@@ -10,13 +10,14 @@ The dump carries it as ``commscope_job`` with what torchrun says of the attempt.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
 import uuid
 from typing import Any
 
-__all__ = ["job_identity", "JOB_KEY"]
+__all__ = ["job_identity", "agree_token", "JOB_KEY", "TOKEN_KEY", "TOKEN_HASH_KEY"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,3 +51,44 @@ def _int(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+TOKEN_KEY = "commscope/watch_token"
+"""Where the ranks of one attempt agree on a token ``commscope run`` drew (see
+:func:`agree_token`)."""
+TOKEN_HASH_KEY = "commscope/watch_token_sha256"
+"""Where they compare a token the user set on every host (its hash only)."""
+_warned_token: list[bool] = []
+
+
+def agree_token(store: Any, token: str, drawn: bool) -> str:
+    """The watch token every rank of this job uses, whichever host it runs on.
+
+    ``drawn``: each host's ``commscope run`` drew the token at random
+    (``COMMSCOPE_WATCH_TOKEN_DRAWN=1``). Then the first rank to ask the job's store
+    offers its own (``compare_set``) and every rank adopts that one, so all ranks publish
+    under one key namespace and every host's watch file opens the whole job; the agreed
+    token is then readable by whoever reaches the store (docs/hosts.md). A token the user
+    or the scheduler set on every host (``drawn`` false) never enters the store: the
+    ranks compare its SHA-256 only, and a rank whose token differs from the first one's
+    says so once (its host's watch file would open nothing). Where the store cannot
+    agree (no ``compare_set``), the rank keeps its own. The token is never logged.
+    """
+    if store is None or not token:
+        return token
+    offer = token if drawn else hashlib.sha256(token.encode("utf-8")).hexdigest()
+    try:
+        agreed = store.compare_set(TOKEN_KEY if drawn else TOKEN_HASH_KEY, "", offer)
+    except Exception as exc:  # a store without compare_set (fake, custom)
+        logger.debug("commscope flight: no agreed watch token from the store: %r", exc)
+        return token
+    text = agreed.decode("utf-8", "replace") if isinstance(agreed, bytes) else str(agreed)
+    if drawn:
+        return text or token
+    if text and text != offer and not _warned_token:
+        _warned_token.append(True)
+        logger.warning("commscope flight: COMMSCOPE_WATCH_TOKEN on this host differs from the "
+                       "token of the rank that started the job: `commscope watch` with this "
+                       "host's watch file will not see the job; set the same token on every "
+                       "host, or unset it and let `commscope run` agree on one")
+    return token

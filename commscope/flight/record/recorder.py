@@ -128,6 +128,13 @@ class Recorder:
         """The groups this rank created or is creating (:mod:`.creations`)."""
         self.job: dict[str, Any] | None = None
         """This rank's job identity once the default group exists (:mod:`.job`)."""
+        self.watch_token: str | None = None
+        """The job's watch token, agreed by every host once the default group exists
+        (:func:`.job.agree_token`); ``None`` before."""
+        self.place: dict[str, Any] | None = None
+        """Where this rank runs (:func:`.placement.this_place`), once it has a rank."""
+        self.hosts: Any = None
+        """This rank's :class:`.placement.HostTableGatherer` (the job's host table)."""
         self.failed_collectives = 0
         """How many works completed with an error (the watchdog dumps on a new one)."""
         self._timing = config.timing

@@ -30,6 +30,7 @@ import atexit
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -41,7 +42,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from commscope.compat import backend_name, has
 from commscope.flight.record.creations import Creation
-from commscope.flight.record.job import job_identity
+from commscope.flight.record.job import agree_token, job_identity
+from commscope.flight.record.placement import HostTableGatherer, this_place
 from commscope.flight.record.recorder import SLOT, Recorder
 from commscope.flight.record.stack import capture_to_user
 from commscope.flight.splice.backend import RecordingProcessGroup, timeout_ms
@@ -127,6 +129,7 @@ def _creation_started(rec: Recorder, bound: dict[str, Any]) -> Creation | None:
         rec.global_rank = int(bound["group_rank"])
         rec.world_size = len(ranks)
         rec.store = bound.get("store")
+        _place_rank(rec)
     try:
         caller: Any = sys._getframe(2)
     except ValueError:
@@ -187,6 +190,16 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
     except Exception as exc:
         rec.fail(exc)
     return result
+
+
+def _place_rank(rec: Recorder) -> None:
+    """Once the default group exists: the job's one watch token (every host's ranks
+    publish under it), this rank's place and the gathering of the job's host table."""
+    token = os.environ.get("COMMSCOPE_WATCH_TOKEN", "")
+    drawn = os.environ.get("COMMSCOPE_WATCH_TOKEN_DRAWN") == "1"
+    rec.watch_token = agree_token(rec.store, token, drawn)
+    rec.place = this_place(rec.global_rank, rec.config.dump_prefix)
+    rec.hosts = HostTableGatherer(rec.place, rec.global_rank, rec.world_size)
 
 
 def _peer_kwarg(op: Any) -> dict[str, int]:
