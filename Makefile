@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.commscope-installed
 
-.PHONY: demo test test-peer test-matrix lint bench chromium clean
+.PHONY: demo test test-peer test-matrix lint bench chromium faketime clean
 
 $(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c commscope/flight/record/_stack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py Makefile commscope/analyze/read/_fastread.c co
 demo: $(STAMP)
 	$(VENV)/bin/commscope demo
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium faketime
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -32,6 +32,16 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "could not install chromium: browser tests will be skipped"; \
 	else echo "chromium not found and not root: browser tests will be skipped (apt-get install chromium)"; fi
+
+# The simulated-host clock tests (tests/hosts/test_clocks.py) put one host's clock behind
+# with Debian's libfaketime; installed when we are root, else those tests skip saying why.
+faketime:
+	@if ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's faketime for the clock tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null) \
+		|| echo "could not install faketime: the clock tests will be skipped"; \
+	else echo "libfaketime not found and not root: the clock tests will be skipped (apt-get install faketime)"; fi
 
 # PyTorch's own test files run against commscope, one import swapped (tests/peer, read from
 # $(COMMSCOPE_PEER_DIR) or ../shared/peer, never copied into the project). PEER=ci (the

@@ -13,12 +13,22 @@ client process as the real watcher is:
   analysis: commscope.watch.live.snapshot (the same analysis as `commscope analyze`)
   render:   the terminal view (rich) to a string
 
-and the client's peak RSS. There is no PyTorch counterpart to compare with (its debug
-server shows raw per-rank tables, one HTTP request per rank, and no verdict); the
-figure to meet is one refresh under 1 s at 4 096 ranks.
+and the client's CPU time per refresh (steadier than wall time on a shared machine; the
+store's server runs in the parent) and peak RSS. There is no PyTorch counterpart to
+compare with (its debug server shows raw per-rank tables, one HTTP request per rank, and
+no verdict); the figure to meet is one refresh under 1 s at 4 096 ranks.
 
-    .venv/bin/python bench/watch_scale.py                  # 1024, 4096
+Each size runs twice (``--hosts both``, the default), a fresh store each time:
+``no`` without hosts (every record as on one machine, no ``hostname`` nor ``pid``) and
+``yes`` with them: 8 ranks a host (4 096 ranks on 512 hosts, ``gpu-node-0001`` ...), each
+record carrying its rank's ``hostname`` and ``pid`` as the publisher writes them, and the
+job's host table in the store (``commscope/hosts``, as rank 0 gathers it at start). Then
+the live analysis places every rank on its host, names the culprit's host, and the
+terminal view folds its ranks table by host (``commscope/analyze/present/byhost.py``).
+
+    .venv/bin/python bench/watch_scale.py                  # 1024, 4096, with and without hosts
     .venv/bin/python bench/watch_scale.py --ranks 4096,16384 --rounds 3
+    .venv/bin/python bench/watch_scale.py --ranks 4096 --hosts yes
 """
 
 from __future__ import annotations
@@ -38,8 +48,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from commscope.flight.out import progress
+from commscope.flight.record.placement import TABLE_KEY
+from commscope.hosttable import encode_table
 
 TOKEN = "bench-token"
+RANKS_PER_HOST = 8
 TRAIN = "/home/user/torchtitan/train.py"
 
 
@@ -60,8 +73,26 @@ def _entry(rid: int, group: str, desc: str, seq: int, done: bool, created: int) 
             False, [0, 1, 2]]
 
 
-def job_records(n: int, stalled: int, now: int) -> tuple[dict[int, bytes], dict[int, bytes]]:
-    """Encoded records and group configs of an (n/64, 8, 8) mesh job with one stall."""
+def host_of(rank: int) -> str:
+    """Rank ``rank``'s host with ``hosts``: 8 ranks a host, torchrun's placement."""
+    return f"gpu-node-{rank // RANKS_PER_HOST:04d}"
+
+
+def pid_of(rank: int) -> int:
+    return 100_000 + 7919 * rank % 3_000_000
+
+
+def host_table(n: int) -> bytes:
+    """The job's host table as rank 0 writes it into the store (``commscope/hosts``)."""
+    places = [{"host": host_of(r), "dump_dir": "/scratch/job42/commscope_traces",
+               "node_rank": r // RANKS_PER_HOST, "pid": pid_of(r)} for r in range(n)]
+    return json.dumps(encode_table(places), separators=(",", ":")).encode()
+
+
+def job_records(n: int, stalled: int, now: int,
+                hosts: bool = False) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """Encoded records and group configs of an (n/64, 8, 8) mesh job with one stall;
+    with ``hosts``, each record names its rank's host and pid (8 ranks a host)."""
     tp_size, dp_size = 8, 8
     records, configs = {}, {}
     step = 100
@@ -98,6 +129,9 @@ def job_records(n: int, stalled: int, now: int) -> tuple[dict[int, bytes], dict[
                "progress": seqs, "entries": entries, "frame_table": FRAME_TABLE,
                "commscope_threads": [{"name": "MainThread", "main": True, "frames": main}],
                "commscope_step": step}
+        if hosts:
+            rec["pid"] = pid_of(r)
+            rec["hostname"] = host_of(r)
         records[r] = progress.encode(rec)
         configs[r] = json.dumps({name: {"name": name, "desc": desc,
                                         "ranks": "[]" if ranks is None else str(ranks)}
@@ -115,9 +149,11 @@ def _client(port: int, rounds: int, conn) -> None:
     source = StoreSource(Address("127.0.0.1", port, TOKEN), timeout_s=60)
     source.connect()
     times = []
+    cpu: list[float] = []  # this client's CPU per refresh (the store's server is elsewhere)
     snap = None
     cache = LiveCache()
     for _ in range(rounds):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         fetched = source.fetch()
         t1 = time.perf_counter()
@@ -127,25 +163,30 @@ def _client(port: int, rounds: int, conn) -> None:
         Console(file=io.StringIO(), width=120).print(render(snap))
         t3 = time.perf_counter()
         times.append((t1 - t0, t2 - t1, t3 - t2))
+        cpu.append(time.process_time() - c0)
         if os.environ.get("WATCH_SCALE_VERBOSE"):
             print(f"    refresh: fetch {t1 - t0:.3f} analysis {t2 - t1:.3f} render {t3 - t2:.3f}",
                   file=sys.stderr)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    conn.send({"times": times, "rss_mb": rss_mb, "state": snap["state"],
-               "headline": snap["headline"], "culprits": snap["findings"][0]["culprit_ranks"]
-               if snap["findings"] else []})
+    first = snap["findings"][0] if snap["findings"] else {}
+    conn.send({"times": times, "cpu": cpu, "rss_mb": rss_mb, "state": snap["state"],
+               "headline": snap["headline"], "culprits": first.get("culprit_ranks", []),
+               "message": first.get("message", ""),
+               "hosts_in_rows": len({row.get("host") for row in snap["ranks"]} - {None})})
 
 
-def run(n: int, rounds: int) -> dict:
+def run(n: int, rounds: int, hosts: bool = False) -> dict:
     from torch.distributed import TCPStore
 
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                       timeout=timedelta(seconds=60))
     now = time.time_ns()
     stalled = n // 3
-    records, configs = job_records(n, stalled, now)
+    records, configs = job_records(n, stalled, now, hosts)
     tid = progress.token_id(TOKEN)
     t0 = time.perf_counter()
+    if hosts:
+        server.set(TABLE_KEY, host_table(n))
     server.add(progress.JOBS_KEY, 1)
     server.set(progress.meta_key(tid), json.dumps({"world_size": n, "interval_s": 2.0}))
     for r in range(n):
@@ -162,6 +203,8 @@ def run(n: int, rounds: int) -> dict:
     out["publish_s"] = publish_s
     out["record_bytes"] = statistics.median(len(v) for v in records.values())
     out["stalled"] = stalled
+    out["host_named"] = f"Rank {stalled} ({host_of(stalled)}, pid {pid_of(stalled)})" in (
+        out["message"])
     return out
 
 
@@ -169,23 +212,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="1024,4096")
     ap.add_argument("--rounds", type=int, default=5, help="refreshes per size (first: cold)")
+    ap.add_argument("--hosts", choices=("both", "no", "yes"), default="both",
+                    help="records without hosts, with (8 ranks a host), or both in turn")
     args = ap.parse_args()
     print(f"commscope watch refresh, real TCPStore on this machine, {os.cpu_count()} CPUs, "
-          f"python {sys.version.split()[0]}")
-    print(f"{'ranks':>6} {'record B':>9} {'fetch s':>8} {'analysis s':>11} {'render s':>9} "
-          f"{'refresh s':>10} {'cold s':>7} {'RSS MB':>7}  verdict")
+          f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
+    print("PyTorch: no counterpart (its debug server shows raw per-rank tables, one HTTP "
+          "request per rank, no verdict, no hosts)")
+    print(f"{'ranks':>6} {'hosts':>6} {'record B':>9} {'fetch s':>8} {'analysis s':>11} "
+          f"{'render s':>9} {'refresh s':>10} {'CPU s':>6} {'cold s':>7} {'CPU s':>6} "
+          f"{'RSS MB':>7}  verdict")
+    variants = {"both": (False, True), "no": (False,), "yes": (True,)}[args.hosts]
     for n in [int(x) for x in args.ranks.split(",")]:
-        out = run(n, args.rounds)
-        warm = out["times"][1:] or out["times"]
-        fetch = statistics.median(t[0] for t in warm)
-        analysis = statistics.median(t[1] for t in warm)
-        render_s = statistics.median(t[2] for t in warm)
-        total = statistics.median(sum(t) for t in warm)
-        cold = sum(out["times"][0])
-        ok = out["culprits"] == [out["stalled"]]
-        print(f"{n:6d} {out['record_bytes']:9.0f} {fetch:8.3f} {analysis:11.3f} {render_s:9.3f} "
-              f"{total:10.3f} {cold:7.3f} {out['rss_mb']:7.0f}  {out['state']}, culprit "
-              f"{out['culprits']} ({'right' if ok else 'WRONG'})", flush=True)
+        for hosts in variants:
+            out = run(n, args.rounds, hosts)
+            warm = out["times"][1:] or out["times"]
+            fetch = statistics.median(t[0] for t in warm)
+            analysis = statistics.median(t[1] for t in warm)
+            render_s = statistics.median(t[2] for t in warm)
+            total = statistics.median(sum(t) for t in warm)
+            cold = sum(out["times"][0])
+            cpu = statistics.median(out["cpu"][1:] or out["cpu"])
+            ok = out["culprits"] == [out["stalled"]]
+            named = (f", host named {'right' if out['host_named'] else 'WRONG'}, "
+                     f"{out['hosts_in_rows']} hosts in the rows") if hosts else ""
+            print(f"{n:6d} {n // RANKS_PER_HOST if hosts else '-':>6} "
+                  f"{out['record_bytes']:9.0f} {fetch:8.3f} {analysis:11.3f} {render_s:9.3f} "
+                  f"{total:10.3f} {cpu:6.3f} {cold:7.3f} {out['cpu'][0]:6.3f} "
+                  f"{out['rss_mb']:7.0f}  {out['state']}, culprit "
+                  f"{out['culprits']} ({'right' if ok else 'WRONG'}){named}", flush=True)
 
 
 if __name__ == "__main__":

@@ -486,6 +486,62 @@ def _run_run(args: argparse.Namespace) -> int:
     return run(argv)
 
 
+def _add_exec(sub: argparse._SubParsersAction) -> None:
+    # "+" as the option prefix: after -m/--module, every argument belongs to the script.
+    p = sub.add_parser(
+        "exec",
+        help="record one rank started by srun, mpirun or a Kubernetes operator, script "
+        "unchanged",
+        formatter_class=_formatter,
+        prefix_chars="+",
+        add_help=False,
+        usage="commscope exec [-m] SCRIPT_OR_MODULE [ARGS...]",
+        description="Run SCRIPT in this process as `python SCRIPT ARGS` would (`-m MODULE`: "
+        "as `python -m MODULE`), with the flight recorder on, as one rank of a job that "
+        "another launcher started (one process per rank, no torchrun). torch's RANK, "
+        "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT are filled "
+        "from Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of "
+        "SLURM_JOB_NODELIST, a port from SLURM_JOB_ID) or MPI's (OMPI_COMM_WORLD_*, "
+        "PMI_RANK/PMI_SIZE; MASTER_ADDR must be given) where they are not set; a "
+        "variable already set is never replaced. Dumps, watch and the watch file on "
+        "every host work as under `commscope run` (docs/hosts.md).",
+        epilog="examples:\n"
+        "  srun --ntasks-per-node 8 commscope exec train.py --epochs 1\n"
+        "  mpirun -np 16 -x MASTER_ADDR=node1 commscope exec train.py\n"
+        "  commscope exec -m my.trainer          # in a PyTorchJob container",
+    )
+    p.add_argument("exec_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(run=_run_exec, run_parser=p)
+
+
+def _run_exec(args: argparse.Namespace) -> int:
+    argv = list(args.exec_args)
+    if not argv or argv[0] in ("-h", "--help"):
+        args.run_parser.print_help(sys.stdout)
+        return 0 if argv else 2
+    module = argv[0] in ("-m", "--module")
+    if module:
+        argv = argv[1:]
+        if not argv:
+            raise UsageError("-m needs a module name; usage: commscope exec -m MODULE [ARGS]")
+    elif argv[0].startswith("-"):
+        raise UsageError(f"unknown option {argv[0]!r}; usage: commscope exec [-m] "
+                         f"SCRIPT_OR_MODULE [ARGS...]")
+    target, rest = argv[0], argv[1:]
+    if not module and not os.path.isfile(target):
+        raise UsageError(f"no such script: {target}")
+    need_torch("commscope exec (the recorder in this rank)")
+    from commscope.flight.exec import exec_target, prepare_env
+    from commscope.flight.launcher_env import LauncherEnvError
+
+    try:
+        prepare_env()
+    except LauncherEnvError as exc:
+        raise UsageError(str(exc)) from None
+    exec_target(target, rest, module=module)
+    return 0
+
+
 def _add_watch(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "watch",
@@ -500,7 +556,9 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         "  commscope watch                         # reads commscope_traces/watch.json\n"
         "  commscope watch --once --json           # one snapshot for scripts\n"
         "  commscope watch --web                   # a local page, 127.0.0.1 only\n"
-        "  commscope watch --store node0:29500 --token TOKEN",
+        "  commscope watch --store HOST:PORT --token TOKEN   # both from any host's "
+        "watch.json\n"
+        "                                          # (not the rendezvous endpoint)",
     )
     _address_options(p)
     p.add_argument("--once", action="store_true", help="print one snapshot and leave")
@@ -562,6 +620,38 @@ def _run_dump(args: argparse.Namespace) -> int:
     from commscope.watch.command import run_dump
 
     return run_dump(address, wait_s=args.wait_s)
+
+
+def _add_job_log(sub: argparse._SubParsersAction) -> None:
+    # not listed (no help=): `commscope run` starts it beside torchrun on every host
+    p = sub.add_parser(
+        "job-log",
+        formatter_class=_formatter,
+        description="Started by `commscope run` beside torchrun: when the job hangs or "
+        "fails, print into the job's log where this host's ranks dumped and, on rank 0's "
+        "host, the whole-job verdict from every rank's live record with every dump as "
+        "host:folder (docs/hosts.md). Reads `end RC` from stdin when the job ended.",
+    )
+    p.add_argument("--file", required=True, metavar="PATH", help="this host's watch file")
+    p.add_argument("--since-ns", type=int, default=0, metavar="NS",
+                   help="ignore a watch file and this host's dumps older than this time")
+    p.add_argument("--local-ranks", type=int, default=0, metavar="N",
+                   help="how many ranks run on this host (0: unknown)")
+    p.add_argument("--settle-s", type=float, default=5.0, metavar="S",
+                   help="how long to wait for every rank's dump note after an incident")
+    p.add_argument("--poll-s", type=float, default=1.0, metavar="S",
+                   help="how often to look for an incident")
+    p.set_defaults(run=_run_job_log)
+
+
+def _run_job_log(args: argparse.Namespace) -> int:
+    if args.settle_s < 0 or args.poll_s <= 0:
+        raise UsageError(f"--settle-s must be >= 0 and --poll-s > 0, got {args.settle_s} "
+                         f"and {args.poll_s}")
+    from commscope.watch.joblog import run_job_log
+
+    return run_job_log(args.file, since_ns=args.since_ns, local_ranks=args.local_ranks,
+                       settle_s=args.settle_s, poll_s=args.poll_s)
 
 
 def _torch_installed(feature: str) -> None:
@@ -629,8 +719,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_diff(sub)
     _add_analyze(sub)
     _add_run(sub)
+    _add_exec(sub)
     _add_watch(sub)
     _add_dump(sub)
+    _add_job_log(sub)
     return parser
 
 

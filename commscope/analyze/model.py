@@ -12,6 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from commscope.hosttable import decode_table
+
 __all__ = [
     "RETIRED",
     "STARTED",
@@ -237,8 +239,14 @@ class RankDump:
     place: RankPlace | None = None
     """Ours: where this rank ran (``commscope_place``: host, pid, node and local rank,
     dump folder); older dumps: built from ``hostname`` and ``pid``."""
-    host_table: dict[int, RankPlace] | None = None
-    """Ours: the job's rank → place table this rank had gathered (``commscope_hosts``)."""
+    host_table: dict[str, Any] | None = None
+    """Ours: the job's host table as the dump holds it (``commscope_hosts``, decoded by
+    :class:`HostMap`; kept from one dump per host only, since all ranks carry the same)."""
+    clock_offset_ns: int | None = None
+    """Ours: this rank's clock minus rank 0's, as the rank measured it
+    (``commscope_clock``); every time above is already moved onto rank 0's clock."""
+    clock_uncertainty_ns: int | None = None
+    """How far that measurement may be off (half its round trip)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +268,15 @@ class HostMap:
     def __init__(self, dumps: dict[int, RankDump]) -> None:
         self.places: dict[int, RankPlace] = {}
         """Rank → where it ran (only ranks some dump tells about)."""
-        for d in dumps.values():
-            for rank, place in (d.host_table or {}).items():
-                self.places.setdefault(rank, place)
+        for rank in sorted(dumps):  # the first table that reads places everyone, once
+            table = dumps[rank].host_table
+            decoded = decode_table(table) if table is not None else None
+            if decoded:
+                self.places = {
+                    r: RankPlace(host=host[:255], pid=pid, dump_dir=where[:4096] or None,
+                                 node_rank=node)
+                    for r, (host, where, pid, node) in decoded.items()}
+                break
         for rank, d in dumps.items():
             if d.place is not None:
                 self.places[rank] = d.place  # a rank's own word wins

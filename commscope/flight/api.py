@@ -144,6 +144,7 @@ def enable(
                     old.store,
                 )
                 rec.job, rec.watch_token, rec.hosts = old.job, old.watch_token, old.hosts
+                rec.request_secret = old.request_secret
                 if old.place is not None:
                     rec.place = {**old.place, "dump_dir": os.path.dirname(
                         os.path.abspath(cfg.dump_prefix))}

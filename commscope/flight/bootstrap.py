@@ -5,6 +5,8 @@ every worker executes this module first: it enables recording (settings from the
 environment, see :mod:`commscope.flight.config`), then runs ``SCRIPT`` exactly as
 ``python SCRIPT ARGS`` would (``sys.argv``, ``sys.path[0]`` and ``__name__`` as usual).
 The user's script is not changed. ``--module NAME`` runs a module as ``python -m NAME``.
+``commscope exec`` (:mod:`commscope.flight.exec`) runs the same :func:`run_target` in a
+process some other launcher started.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import runpy
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["main", "banner"]
+__all__ = ["main", "run_target", "banner"]
 
 USAGE = "usage: python -m commscope.flight.bootstrap [--module] SCRIPT_OR_MODULE [ARGS...]"
 
@@ -49,24 +51,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    target, rest = args[0], args[1:]
+    run_target(args[0], args[1:], module=as_module)
 
+
+def run_target(target: str, args: Sequence[str], *, module: bool = False,
+               prog: str = "commscope run") -> None:
+    """Enable recording (strict where the environment says so), print the banner on
+    rank 0 when asked (``COMMSCOPE_RUN_BANNER=1``), then run ``target`` as ``__main__``
+    exactly as ``python TARGET ARGS`` (``python -m TARGET ARGS`` with ``module``) would.
+    ``prog`` names the command in its one-line errors (``SystemExit`` 2 or 3)."""
     import commscope.flight as flight
     from commscope.flight.splice.selfcheck import RecorderUnsupported
 
     try:
         flight.enable()
     except RecorderUnsupported as exc:  # refuse to start rather than record nothing
-        print(f"commscope run: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         raise SystemExit(3) from None
     if os.environ.get("RANK", "0") == "0" and os.environ.get("COMMSCOPE_RUN_BANNER") == "1":
         print(banner(os.environ), file=sys.stderr, flush=True)
-    sys.argv = [target, *rest]
-    if as_module:
+    sys.argv = [target, *args]
+    if module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)
         return
     if not os.path.exists(target):
-        print(f"commscope run: cannot find script {target!r}", file=sys.stderr)
+        print(f"{prog}: cannot find script {target!r}", file=sys.stderr)
         raise SystemExit(2)
     sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
     runpy.run_path(target, run_name="__main__")

@@ -189,7 +189,7 @@ class HostTable:
             return f"{h} hosts of {_ranks(per)}{names}"
         counts = self.counts.tolist()
         parts = [
-            f"{self.labels[i]}: {c}{' ranks' if i == 0 else ''}"
+            f"{self.labels[i]}: {_ranks(c) if i == 0 else c}"
             for i, c in enumerate(counts[:_SUMMARY_HOSTS])
         ]
         if h <= _SUMMARY_HOSTS:

@@ -69,9 +69,17 @@
       }
       if (f.collective_seq_id !== null) { facts.push("#" + f.collective_seq_id); }
       if (f.op) { facts.push(f.op); }
-      if (f.culprit_ranks.length) { facts.push("culprits " + rankText(f.culprit_ranks)); }
-      if (f.waiting_ranks.length) { facts.push("waiting " + rankText(f.waiting_ranks)); }
-      if (f.victims && f.victims.length) { facts.push("victims " + rankText(f.victims)); }
+      // with hosts when the job spans several ("3 (hostB, pid 4242)", "0-7 (all of hostA)")
+      var named = data.finding_ranks ? data.finding_ranks[i] : null;
+      if (f.culprit_ranks.length) {
+        facts.push("culprits " + (named ? named.culprits : rankText(f.culprit_ranks)));
+      }
+      if (f.waiting_ranks.length) {
+        facts.push("waiting " + (named ? named.waiting : rankText(f.waiting_ranks)));
+      }
+      if (f.victims && f.victims.length) {
+        facts.push("victims " + (named ? named.victims : rankText(f.victims)));
+      }
       if (facts.length) { item.appendChild(el("div", { "class": "meta" }, facts.join(" \u00b7 "))); }
       list.appendChild(item);
     });
@@ -95,6 +103,45 @@
     app.appendChild(t);
   }
 
+  // Where every rank ran: one row per host (at scale the hosts with nothing to say are
+  // counted, not listed), then the job told by host, then the hosts a restart leaves out.
+  function hosts(app, data) {
+    var h = data.hosts;
+    if (!h) { return; }
+    var box = el("section", { id: "hosts" });
+    app.appendChild(box);
+    box.appendChild(el("h2", null, "Hosts"));
+    var t = el("table", { id: "hosts-table" });
+    var head = el("tr");
+    ["host", "ranks", "pids", "dumps here", "dump folder (on that host)", ""].forEach(function (c) {
+      head.appendChild(el("th", null, c));
+    });
+    t.appendChild(head);
+    h.rows.forEach(function (row) {
+      var tr = el("tr", row.blamed ? { "class": "blamed" } : null);
+      [row.host, row.ranks, row.pids || "-", row.dumps_here, row.dump_dir || "?", row.notes].forEach(
+        function (v, i) { tr.appendChild(el("td", i === 3 ? { "class": "num" } : null, v)); });
+      t.appendChild(tr);
+    });
+    box.appendChild(t);
+    var more = [];
+    if (h.more) { more.push(h.more + " more hosts with something to say (see --json: hosts)"); }
+    if (h.quiet) {
+      more.push(h.quiet + " more hosts (" + h.quiet_names + "): every dump here, nothing to report");
+    }
+    if (more.length) { box.appendChild(el("p", { "class": "meta", id: "hosts-folded" }, more.join("; "))); }
+    if (h.by_host && h.by_host.length) {
+      box.appendChild(el("h3", null, "By host"));
+      var list = el("ul", { id: "by-host" });
+      h.by_host.forEach(function (line) { list.appendChild(el("li", null, line)); });
+      box.appendChild(list);
+    }
+    if (h.exclude && h.exclude.length) {
+      box.appendChild(el("p", { id: "exclude-hosts" },
+        "Leave out on restart: " + h.exclude.join(", ") + " (--json: exclude_hosts)"));
+    }
+  }
+
   function timeline(app, data) {
     app.appendChild(el("h2", null, "Timeline (newest records; red = stuck)"));
     var wrap = el("div", { id: "timeline" });
@@ -105,7 +152,8 @@
     tl.lanes.forEach(function (lane) {
       lane.items.forEach(function (it) { start = Math.min(start, it[0]); });
     });
-    var end = tl.span_us, labelW = 150, width = 1100, laneH = 18;
+    var withHosts = tl.lanes.some(function (lane) { return lane.host; });
+    var end = tl.span_us, labelW = withHosts ? 240 : 150, width = 1100, laneH = 18;
     var span = Math.max(end - start, 1);
     var height = tl.lanes.length * laneH + 10;
     var root = svg("svg", { viewBox: "0 0 " + width + " " + height, role: "img",
@@ -113,7 +161,8 @@
     tl.lanes.forEach(function (lane, i) {
       var y = 5 + i * laneH;
       var label = svg("text", { x: 4, y: y + 12, "class": "lane-label" });
-      label.textContent = "rank " + lane.rank + " \u00b7 g " + lane.group;
+      label.textContent = "rank " + lane.rank + (lane.host ? " \u00b7 " + lane.host.slice(0, 14) : "") +
+        " \u00b7 g " + lane.group;
       root.appendChild(label);
       lane.items.forEach(function (it) {
         var x = labelW + (it[0] - start) / span * (width - labelW - 6);
@@ -135,6 +184,7 @@
     app.textContent = "";
     header(app, data);
     findings(app, data);
+    hosts(app, data);
     table(app, "Groups", "groups", [
       ["name", "group"], ["desc", "desc"], ["ranks", "ranks"], ["membership", "membership from"],
       ["recorded", "recorded"], ["compared", "compared", true], ["mismatches", "mismatches", true],

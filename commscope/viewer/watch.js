@@ -29,29 +29,11 @@
     return box;
   }
 
-  function interesting(snap, max) {
-    var named = {};
-    snap.findings.forEach(function (f) { f.culprit_ranks.forEach(function (r) { named[r] = 1; }); });
-    var rows = snap.ranks.slice();
-    rows.sort(function (a, b) {
-      var wa = a.oldest_unfinished ? a.oldest_unfinished.age_s : -1;
-      var wb = b.oldest_unfinished ? b.oldest_unfinished.age_s : -1;
-      return ((named[b.rank] || 0) - (named[a.rank] || 0)) || ((b.silent ? 1 : 0) - (a.silent ? 1 : 0)) ||
-        (wb - wa) || (a.rank - b.rank);
-    });
-    rows = rows.slice(0, max);
-    rows.sort(function (a, b) { return a.rank - b.rank; });
-    return rows.map(function (r) {
-      var o = r.oldest_unfinished;
-      return {
-        rank: r.rank, step: r.step === null ? "-" : r.step,
-        age: r.silent ? "silent" : (r.age_s === null ? "?" : r.age_s.toFixed(1) + " s"),
-        op: o ? o.op + " of " + o.group.slice(0, 12) : "-",
-        wait: o ? o.age_s.toFixed(1) + " s" : "-",
-        where: (o ? o.where : r.where_now) || "-",
-        _class: named[r.rank] ? "culprit" : (r.silent ? "silent" : "")
-      };
-    });
+  // The ranks table comes drawn by the server (commscope.watch.view.rank_table), as the
+  // terminal shows it: host and pid columns when the job spans hosts, folded by host at
+  // scale. Only put into cells, as text.
+  function rankRows(snap) {
+    return snap.rank_table || { columns: [], rows: [], caption: "", hosts: 0 };
   }
 
   function draw(snap) {
@@ -60,8 +42,10 @@
     head.appendChild(el("strong", {}, (snap.state || "waiting").toUpperCase()));
     head.appendChild(el("span", { id: "headline" }, " " + (snap.headline || "")));
     app.appendChild(head);
+    var ranks = rankRows(snap);
     var meta = el("p", { "class": "meta" },
-      "store " + snap.store + " · " + snap.world_size + " ranks · records every " +
+      "store " + snap.store + " · " + snap.world_size + " ranks" +
+      (ranks.hosts > 1 ? " on " + ranks.hosts + " hosts" : "") + " · records every " +
       snap.interval_s + " s · stuck after " + snap.stall_s + " s · ");
     var link = el("a", { href: "/report" + q, id: "report-link" }, "HTML report of the last dump");
     meta.appendChild(link);
@@ -85,9 +69,10 @@
         return { name: g.name.slice(0, 12), desc: g.desc, ranks: g.ranks, enqueued_max: g.enqueued_max,
           completed_min: g.completed_min, lag: g.lag || "-", behind: b.join(", ") || "-" };
       }), "no group has published progress yet"));
-    app.appendChild(table("ranks", "Ranks (the ones that matter first)", [["rank", "rank"], ["step", "step"],
-      ["age", "record age"], ["op", "oldest unfinished"], ["wait", "waiting"], ["where", "where"]],
-      interesting(snap, 32), "no rank has published yet"));
+    var rt = table("ranks", "Ranks (the ones that matter first)", ranks.columns, ranks.rows,
+      "no rank has published yet");
+    if (ranks.caption) rt.appendChild(el("p", { "class": "meta", id: "ranks-caption" }, ranks.caption));
+    app.appendChild(rt);
     if (snap.error) app.appendChild(el("p", { "class": "error", id: "error" }, snap.error));
   }
 

@@ -17,13 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from commscope.analyze.diagnose.hosts import host_phrase
 from commscope.analyze.read.load import LATER_DIR
 from commscope.analyze.text import rank_list
 from commscope.watch.address import Address, WatchError, resolve_address
-from commscope.watch.live import LiveCache, Thresholds, snapshot
-from commscope.watch.source import StoreSource
+from commscope.watch.live import LiveCache, Thresholds, lost_hosts, silent_ranks, snapshot
+from commscope.watch.source import Fetched, StoreSource
 
-__all__ = ["resolve_address", "run_watch", "run_dump", "SnapshotMaker"]
+__all__ = ["resolve_address", "run_watch", "run_dump", "SnapshotMaker", "incident_summary"]
 
 _REQUEST_SLUG = "request-from-commscope-dump"
 """How the recorder names a later dump made for ``commscope dump`` (its reason, as a
@@ -118,7 +119,10 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
 
     Each rank notes through the store where it wrote its dump (``dumped/<rank>``), so
     the wait ends as soon as every rank has written, wherever its file lies; it never
-    waits out ``wait_s`` for files on other hosts' disks."""
+    waits out ``wait_s`` for files on other hosts' disks. A rank that has published
+    nothing for the live view's silent threshold (frozen, or gone with its host) cannot
+    answer: once every other rank has written, the wait ends, and those ranks are named
+    by host (``hostB: ranks 2-3 did not answer: no record since 12:03:10 ...``)."""
     write = out or (lambda text: print(text, flush=True))
     try:
         source = _connect(address)
@@ -138,6 +142,8 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
         notes: dict[int, dict[str, Any]] = {}
         aside: set[int] = set()
         ended = ""
+        silent: dict[int, float] = {}
+        last: Fetched | None = None
         next_look = time.monotonic() + 1.0
         while time.monotonic() < deadline and len(fresh) < world:
             notes = {r: note for r, note in source.dump_notes().items()
@@ -149,8 +155,9 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
             fresh = set(notes) | aside | {r for r in range(world)
                                           if _mtime(f"{prefix}{r}") > before[r]}
             if len(fresh) < world and time.monotonic() >= next_look:
-                ended = _job_ended(source)  # a dead job never answers: do not wait it out
-                if ended:
+                # a dead job never answers, nor does a silent rank: do not wait them out
+                ended, silent, last = _job_state(source)
+                if ended or set(range(world)) - fresh <= set(silent):
                     break
                 next_look = time.monotonic() + 1.0
             time.sleep(0.2)
@@ -165,7 +172,8 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
                   if os.path.basename(os.path.dirname(note["path"])) == LATER_DIR}
         if len(fresh) < world:
             late = sorted(set(range(world)) - fresh)
-            write(f"{len(late)} rank(s) did not dump in time: {late[:16]}")
+            for line in _unanswered(last, late, silent):
+                write(line)
         _live_verdict(source, write)
         _list_dumps(notes, write)
         if aside:
@@ -195,11 +203,12 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
         return 1
 
 
-def _live_verdict(source: StoreSource, write: Callable[[str], None]) -> None:
+def _live_verdict(source: StoreSource, write: Callable[[str], None],
+                  stall_s: float | None = None) -> None:
     """What every rank's progress record says right now, all hosts (the live view's
     analysis): printed before any file is read."""
     try:
-        snap = SnapshotMaker(source)()
+        snap = SnapshotMaker(source, stall_s=stall_s)()
     except WatchError as exc:
         write(f"no live verdict: {exc}")
         return
@@ -207,6 +216,37 @@ def _live_verdict(source: StoreSource, write: Callable[[str], None]) -> None:
     write(f"live verdict (every rank's record, all hosts): {state}: {snap.get('headline', '')}")
     for f in snap.get("findings", [])[:4]:
         write(f"  [{f['kind']}] {f['message']}")
+
+
+def incident_summary(source: StoreSource, notes: dict[int, dict[str, Any]],
+                     write: Callable[[str], None], *, stall_s: float | None = None) -> None:
+    """The whole-job answer a job's own log carries after an incident (``commscope run``'s
+    reporter, :mod:`commscope.watch.joblog`): the verdict of every rank's live record, all
+    hosts, as ``commscope dump`` prints it; every dump of the incident as ``host:folder``;
+    the ranks that noted none; and how to get the full analysis of the files.
+
+    ``notes`` are the ranks' notes of this incident (rank → host, path, reason);
+    ``stall_s`` is when an unfinished op counts as stuck (default: the live view's)."""
+    _live_verdict(source, write, stall_s=stall_s)
+    _list_dumps(notes, write)
+    world = source.world_size or 0
+    missing = sorted(set(range(world)) - set(notes))
+    if missing:
+        write(f"no dump noted by {len(missing)} rank(s): {rank_list(missing)} (crashed, "
+              "frozen, or not written yet)")
+    folders = sorted({_analysis_folder(n["path"]) for n in notes.values()})
+    if len({n["host"] for n in notes.values()}) > 1:
+        write("for the full analysis of the files, copy every host's folder (or an "
+              "archive of it) to one machine and run `commscope analyze` with all of them")
+    elif folders:
+        write(f"for the full analysis of the files: commscope analyze {' '.join(folders)}")
+
+
+def _analysis_folder(path: str) -> str:
+    """The dump folder ``commscope analyze`` reads for a dump at ``path`` (a later dump of
+    an incident lies in ``commscope_later/`` inside it)."""
+    folder = os.path.dirname(path)
+    return os.path.dirname(folder) if os.path.basename(folder) == LATER_DIR else folder
 
 
 def _list_dumps(notes: dict[int, dict[str, Any]], write: Callable[[str], None]) -> None:
@@ -251,20 +291,44 @@ def _reachable(notes: dict[int, dict[str, Any]], fresh: set[int],
     return folders, away
 
 
-def _job_ended(source: StoreSource) -> str:
+def _job_state(source: StoreSource) -> tuple[str, dict[int, float], Fetched | None]:
     """Why the job cannot answer a dump request any more (its store is gone, or no rank
-    has published for a while), or ``""`` while it still can."""
+    has published for the silent threshold), or ``""`` while it still can; the ranks
+    that are silent (rank → seconds since their newest record); the refresh itself."""
     try:
         fetched = source.fetch()
     except WatchError as exc:
-        return f"the job ended while waiting for its dumps ({exc})"
+        return f"the job ended while waiting for its dumps ({exc})", {}, None
     interval = float(fetched.meta.get("interval_s") or 2.0)
-    silent = Thresholds(interval).silent
-    quiet = [b.quiet_s for b in fetched.beats.values()]
-    if quiet and min(quiet) > silent:
-        return (f"no rank has published for {min(quiet):.0f} s: the job has ended, or every "
-                "process is frozen")
-    return ""
+    silent = silent_ranks(fetched, Thresholds(interval))
+    if fetched.records and len(silent) == len(fetched.records):
+        return (f"no rank has published for {min(silent.values()):.0f} s: the job has ended, "
+                "or every process is frozen"), silent, fetched
+    return "", silent, fetched
+
+
+def _unanswered(fetched: Fetched | None, late: list[int], silent: dict[int, float]) -> list[str]:
+    """The ranks that wrote no dump for this request, in one line per host whose every
+    rank is silent (``hostB: ranks 2-3 did not answer: no record since 12:03:10 (9 s:
+    frozen, or gone with their host); no dump of theirs``), one for the other silent
+    ones, one for the rest (still publishing, but late)."""
+    lines = []
+    quiet = [r for r in late if r in silent]
+    lost = lost_hosts(fetched, quiet) if fetched is not None else []
+    for host in lost:
+        lines.append(f"{host_phrase(host['host'], host['ranks'])} did not answer: no record "
+                     f"since {host['since']} ({host['silent_s']:.0f} s: frozen, or gone with "
+                     "their host); no dump of theirs")
+    told = {r for host in lost for r in host["ranks"]}
+    alone = [r for r in quiet if r not in told]
+    if alone:
+        lines.append(f"{len(alone)} rank(s) did not answer: {rank_list(alone)}, no record for "
+                     f"{max(silent[r] for r in alone):.0f} s (frozen, or gone); no dump of "
+                     "theirs")
+    rest = [r for r in late if r not in silent]
+    if rest:
+        lines.append(f"{len(rest)} rank(s) did not dump in time: {rest[:16]}")
+    return lines
 
 
 def _later_mtime(later_dir: str, rank: int) -> float:

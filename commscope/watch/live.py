@@ -9,14 +9,21 @@ Algorithm (:func:`snapshot`):
 1. A rank whose newest record is older than ``silent_s`` (default: 3 intervals, at least
    5 s) is *silent*: its process is gone or frozen (the publisher runs on the watchdog
    thread, which keeps running while the main thread waits in a collective). Silent
-   and never-published ranks count as ranks without a dump.
+   and never-published ranks count as ranks without a dump. When every rank of a host
+   is silent (each record names its host), the host is told once
+   (:func:`lost_hosts`): ``hostB: ranks 2-3 silent since 12:03:10`` (the newest of
+   their records, on this watcher's clock, through rank 0's), or ``gone since`` when
+   the others' work failed on them (a peer that closes its connections has died).
 2. Each record becomes a :class:`~commscope.analyze.model.RankDump` through
    :func:`commscope.analyze.read.extract.extract_dump`; records that do not parse are named.
 3. *Stuck*: some rank's oldest unfinished op is older than ``stall_s`` (default: 2
    intervals, at least 1 s), or a rank is silent. Then the analysis runs and its
    blocking findings are the verdict (``stuck 40 s: rank 3 in load_batch; ranks 0-2
    wait in all_reduce #812 of group mesh_dp``). Remarks that only reflect a record's
-   short window (wrapped rings, stragglers) are left out.
+   short window (wrapped rings, stragglers) are left out. A crash of every rank of a
+   silent host is headed and worded by host (``stuck 9 s: [crashed_rank] hostB: ranks
+   2-3 silent since 12:03:10 (no record for 9 s: frozen, or gone); ranks 0, 1 wait in
+   all_reduce #65 of group 0``).
 4. Otherwise the job runs; per group, a rank is *behind* when its record is at least as
    new as the leader's yet it has enqueued fewer collectives (a sound lower bound: the
    leader's count only grows), reported as ``rank 5 behind by 3 collectives on dp``.
@@ -25,18 +32,21 @@ Algorithm (:func:`snapshot`):
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from commscope.analyze.analysis import analyze_loaded
+from commscope.analyze.diagnose.hosts import host_phrase
 from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
 from commscope.analyze.read.extract import DumpError, extract_dump, finish_sigs
 from commscope.analyze.read.places import user_frame, user_place
 from commscope.analyze.text import frame_text, place_text, rank_list, ranks_phrase
 from commscope.flight.out import progress
-from commscope.watch.source import Fetched
+from commscope.watch.source import Fetched, record_offset_ns
 
-__all__ = ["Thresholds", "LiveCache", "snapshot", "FORMAT"]
+__all__ = ["Thresholds", "LiveCache", "snapshot", "FORMAT", "silent_ranks", "lost_hosts",
+           "lost_text"]
 
 FORMAT = "commscope.watch/1"
 _HIDDEN_KINDS = ("truncated_history", "straggler", "healthy")
@@ -99,14 +109,18 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
     for r, rec in sorted(dumps.items()):
         beat = fetched.beats.get(r)
         t = beat.time_ns if beat else rec.get("dump_time_ns")
-        age = (now_ns - t) / 1e9 if isinstance(t, int) else None
+        off = _offset(rec)  # every time below on rank 0's clock, now_ns too
+        age = (now_ns - (t - off)) / 1e9 if isinstance(t, int) else None
         quiet = beat.quiet_s if beat else 0.0
         pending = _unfinished(rec) + _creating(rec)
         oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
         main = (rec.get("commscope_threads") or [{}])[0]
         place = user_place(main.get("frames")) if isinstance(main, dict) else None
+        host, pid = rec.get("hostname"), rec.get("pid")
         rows.append({
             "rank": r,
+            "host": host[:255] if isinstance(host, str) and host else None,
+            "pid": pid if type(pid) is int else None,
             "age_s": round(age, 2) if age is not None else None,
             "silent": quiet > th.silent or (quiet == 0.0 and age is not None
                                             and age > th.silent),
@@ -116,7 +130,8 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
             "oldest_unfinished": None if oldest is None else {
                 "op": _op_text(oldest),
                 "group": str((oldest.get("process_group") or ["?"])[0]),
-                "age_s": round((now_ns - (oldest.get("time_created_ns") or now_ns)) / 1e9, 2),
+                "age_s": round((now_ns - ((oldest.get("time_created_ns") or now_ns + off)
+                                          - off)) / 1e9, 2),
                 "where": _where(oldest),
             },
         })
@@ -129,7 +144,7 @@ def _group_rows(fetched: Fetched) -> list[dict[str, Any]]:
     for r, rec in fetched.records.items():
         prog = rec.get("progress")
         beat = fetched.beats.get(r)
-        t = beat.time_ns if beat else (rec.get("dump_time_ns") or 0)
+        t = (beat.time_ns if beat else (rec.get("dump_time_ns") or 0)) - _offset(rec)
         if not isinstance(prog, dict):
             continue
         for name, item in prog.items():
@@ -183,9 +198,14 @@ class LiveCache:
             hit = (version, d)
             self.loaded[r] = hit
         beat = fetched.beats.get(r)
-        if beat is not None:
-            hit[1].dump_time_ns = beat.time_ns
+        if beat is not None:  # on rank 0's clock, like the record's times
+            hit[1].dump_time_ns = beat.time_ns - _offset(fetched.records.get(r))
         return hit[1]
+
+
+def _offset(rec: dict[str, Any] | None) -> int:
+    """A record's clock offset to rank 0's (``commscope_clock``), 0 when it has none."""
+    return record_offset_ns(rec)
 
 
 def _version(fetched: Fetched, r: int) -> int:
@@ -212,17 +232,112 @@ def _load(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: set[int
                       root="store"), memory
 
 
+def silent_ranks(fetched: Fetched, thresholds: Thresholds | None = None,
+                 now_ns: int | None = None) -> dict[int, float]:
+    """Rank → seconds since its newest record, for the ranks that count as silent: no
+    new record seen for ``thresholds.silent`` seconds (this watcher's clock), or a
+    newest record that old (its time moved onto rank 0's clock, as this watcher's
+    ``now``). For callers that need no analysis (``commscope dump``'s wait)."""
+    th = thresholds or Thresholds()
+    now_ns = time.time_ns() - fetched.clock_offset_ns if now_ns is None else now_ns
+    out: dict[int, float] = {}
+    for r, rec in fetched.records.items():
+        beat = fetched.beats.get(r)
+        t = beat.time_ns if beat else rec.get("dump_time_ns")
+        age = (now_ns - (t - _offset(rec))) / 1e9 if type(t) is int else 0.0
+        quiet = beat.quiet_s if beat else 0.0
+        if quiet > th.silent or age > th.silent:
+            out[r] = round(max(quiet, age), 1)
+    return out
+
+
+def lost_hosts(fetched: Fetched, silent: Iterable[int],
+               now_ns: int | None = None) -> list[dict[str, Any]]:
+    """The hosts every rank of which is ``silent``, when the records name more than one
+    host (each record's ``hostname``), in order of their first rank: ``host``,
+    ``ranks``, ``since_ns`` (the newest record of any of them, moved onto rank 0's clock
+    and then onto this watcher's), ``since`` (that time as ``HH:MM:SS``, local time),
+    ``silent_s`` (seconds since), and ``how``: ``silent`` (set to ``gone`` by
+    :func:`snapshot` when the others' work failed on them)."""
+    quiet = set(silent)
+    hosts: dict[str, list[int]] = {}
+    for r, rec in fetched.records.items():
+        host = rec.get("hostname")
+        if isinstance(host, str) and host:
+            hosts.setdefault(host[:255], []).append(r)
+    if len(hosts) < 2:
+        return []
+    now_ns = time.time_ns() - fetched.clock_offset_ns if now_ns is None else now_ns
+    out = []
+    for host, ranks in hosts.items():
+        if not set(ranks) <= quiet:
+            continue
+        times = []
+        for r in ranks:
+            beat = fetched.beats.get(r)
+            t = beat.time_ns if beat else fetched.records[r].get("dump_time_ns")
+            if type(t) is int:
+                times.append(t - _offset(fetched.records[r]))
+        last = max(times, default=now_ns)  # on rank 0's clock
+        since_ns = last + fetched.clock_offset_ns  # on this watcher's
+        out.append({"host": host, "ranks": sorted(ranks), "since_ns": since_ns,
+                    "since": time.strftime("%H:%M:%S", time.localtime(since_ns / 1e9)),
+                    "silent_s": round(max(0.0, (now_ns - last) / 1e9), 1), "how": "silent"})
+    return sorted(out, key=lambda h: h["ranks"][0])
+
+
+def lost_text(lost: dict[str, Any], short: bool = False) -> str:
+    """``hostB: ranks 2-3 silent since 12:03:10 (no record for 9 s: frozen, or gone)``
+    for one entry of :func:`lost_hosts` (``short``: without the parenthesis)."""
+    head = f"{host_phrase(lost['host'], lost['ranks'])} {lost['how']} since {lost['since']}"
+    if short:
+        return head
+    if lost["how"] == "gone":
+        return f"{head} (no record for {lost['silent_s']:.0f} s, and the others' work failed)"
+    return f"{head} (no record for {lost['silent_s']:.0f} s: frozen, or gone)"
+
+
+def _covering(lost: list[dict[str, Any]], ranks: list[int]) -> list[dict[str, Any]]:
+    """The lost hosts whose ranks are exactly ``ranks`` together; ``[]`` otherwise."""
+    mine = [h for h in lost if set(h["ranks"]) & set(ranks)]
+    covered = {r for h in mine for r in h["ranks"]}
+    return mine if mine and covered == set(ranks) else []
+
+
+def _by_host(f: Finding, lost: list[dict[str, Any]]) -> None:
+    """Word a crash of every rank of some lost hosts by host (``hostB: ranks 2-3 gone
+    since ...``), the rest of the analyzer's sentence kept; marks those hosts ``gone``
+    when the others' work failed on them (the finding's victims)."""
+    hosts = _covering(lost, f.culprit_ranks) if f.kind == "crashed_rank" else []
+    rest = f.details.get("rest")
+    if not hosts or not isinstance(rest, str):
+        return
+    if f.details.get("victims"):
+        for h in hosts:
+            h["how"] = "gone"
+    f.message = "; ".join(lost_text(h) for h in hosts) + rest
+    f.details["lost"] = hosts
+
+
 def _headline(f: Finding, stuck_s: float, rows: dict[int, dict[str, Any]]) -> str:
     who = ranks_phrase(f.culprit_ranks) if f.culprit_ranks else "no single rank"
+    lost = f.details.get("lost") or []
+    if lost:
+        who = "; ".join(lost_text(h, short=True) for h in lost)
+        stuck_s = max(stuck_s, *(h["silent_s"] for h in lost))
     where = ""
-    if len(f.culprit_ranks) == 1:
+    if len(f.culprit_ranks) == 1 and not lost:
         row = rows.get(f.culprit_ranks[0])
-        if row and row["oldest_unfinished"] is None and row["where_now"]:
-            where = f" in {row['where_now']}"
-        elif row and row["oldest_unfinished"]:
-            where = f" waits in {row['oldest_unfinished']['op']}"
-        elif row is None or row.get("silent"):
+        if row is None:
             where = " gone (no recent record)"
+        elif row.get("silent"):  # its last record's place is stale: say what is known
+            age = row.get("age_s")
+            where = (f" silent for {age:.0f} s (frozen, or gone)" if age is not None
+                     else " gone (no recent record)")
+        elif row["oldest_unfinished"] is None and row["where_now"]:
+            where = f" in {row['where_now']}"
+        elif row["oldest_unfinished"]:
+            where = f" waits in {row['oldest_unfinished']['op']}"
     what = ""
     direct = list(f.waiting_ranks)
     if f.op and f.group is not None:
@@ -234,6 +349,8 @@ def _headline(f: Finding, stuck_s: float, rows: dict[int, dict[str, Any]]) -> st
     waiting = ""
     if direct:
         verb = "waits" if len(direct) == 1 else "wait"
+        if lost and set(direct) <= set(f.details.get("victims") or ()):
+            verb = "failed"  # their work failed on the lost host: nobody waits any more
         waiting = f"; {ranks_phrase(direct)} {verb}{what}"
     if behind:
         waiting += f", {ranks_phrase(behind)} behind {'it' if len(direct) == 1 else 'them'}"
@@ -253,7 +370,8 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
     ``cache`` to every refresh of one watch."""
     th = thresholds or Thresholds()
     cache = cache or LiveCache()
-    now_ns = time.time_ns() if now_ns is None else now_ns
+    # the watcher's clock moved onto rank 0's, as every record's times are
+    now_ns = time.time_ns() - fetched.clock_offset_ns if now_ns is None else now_ns
     as_dumps = {r: cache.as_dump(fetched, r) for r in fetched.records}
     rows = _rank_rows(as_dumps, fetched, now_ns, th)
     by_rank = {row["rank"]: row for row in rows}
@@ -279,22 +397,27 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
             f"no rank has published for {newest:.0f} s: the job has ended, or every "
             "process is frozen"))
         return out
-    if stuck_s >= th.stall or (silent and ages):
+    lost = lost_hosts(fetched, silent, now_ns)
+    out["lost_hosts"] = lost
+    if stuck_s >= th.stall or silent:
         load, memory = _load(fetched, as_dumps, silent, cache)
         # a record's few entries say nothing about stragglers: not looked for
         analysis = analyze_loaded(load, world_size=world, in_memory=memory,
                                   straggler_ms=float("inf"))
         shown = [f for f in analysis.findings if f.blocking or f.kind == "crashed_rank"]
         shown = [f for f in shown if f.kind not in _HIDDEN_KINDS]
+        for f in shown:
+            _by_host(f, lost)
         out["findings"] = [f.to_json() for f in shown]
         out["stuck_s"] = round(stuck_s, 1)
         if shown:
             out.update(state="stuck", headline=_headline(shown[0], stuck_s, by_rank))
             return out
-        out.update(state="slow", headline=(
-            f"an op has been unfinished for {stuck_s:.0f} s, but every rank reached it: "
-            "the transport is slow or the op is large"))
-        return out
+        if stuck_s >= th.stall:
+            out.update(state="slow", headline=(
+                f"an op has been unfinished for {stuck_s:.0f} s, but every rank reached it: "
+                "the transport is slow or the op is large"))
+            return out
     lagging = [(g["lag"], g["name"], g["desc"], g["behind"]) for g in groups if g["lag"] > 0]
     if lagging:
         lag, _, desc, behind = max(lagging)
@@ -307,5 +430,8 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
     if fetched.missing:
         out["headline"] += f"; {ranks_phrase(fetched.missing)} not publishing yet"
     if silent:
-        out["headline"] += f"; {ranks_phrase(sorted(silent))} silent"
+        alone = sorted(silent - {r for h in lost for r in h["ranks"]})
+        parts = [lost_text(h) for h in lost] + ([f"{ranks_phrase(alone)} silent"] if alone
+                                                else [])
+        out["headline"] += "; " + "; ".join(parts)
     return out

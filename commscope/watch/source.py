@@ -15,11 +15,13 @@ Algorithm (:class:`StoreSource`):
    exist yet, so it runs only when ``check(keys)`` says all exist; otherwise the ranks
    not there yet are found by bisection with ``check`` (a few round trips). A rank
    whose beat count has not grown for a while (this watcher's clock, so clocks of
-   other hosts do not matter) is *quiet*.
+   other hosts do not matter) is *quiet*; one first seen with an old record, since
+   that record's time (moved onto rank 0's clock, through the offsets measured).
 4. Groups (``config/<r>``) are fetched once, and again for a rank whose record shows a
    group it did not have.
-5. A record that does not parse is named and skipped; a store that goes away raises
-   :class:`WatchError` with a sentence, never a traceback.
+5. A record that does not parse is named and skipped; a store that goes away (the job
+   ended, or the host serving it died) raises :class:`WatchError` with one sentence
+   naming that host, never a traceback, within the client's timeout (5 s).
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from commscope.flight.out import progress
+from commscope.flight.record.clock import measure_offset
 from commscope.watch.address import (
     DEFAULT_WATCH_FILE,
     Address,
@@ -46,7 +49,7 @@ from commscope.watch.address import (
 )
 
 __all__ = ["WatchError", "Address", "read_watch_file", "parse_address", "StoreSource",
-           "quiet_native_stderr",
+           "quiet_native_stderr", "record_offset_ns",
            "Fetched", "Beat", "DEFAULT_WATCH_FILE"]
 
 _CONNECT_TRY_S = 1.0
@@ -65,7 +68,10 @@ class Beat:
     time_ns: int
     """The rank's own clock when it last published."""
     quiet_s: float
-    """Seconds (this watcher's clock) since the beat count last grew; 0 on first sight."""
+    """Seconds (this watcher's clock) since the beat count last grew; 0 on first sight.
+    A rank first seen with an old record counts as quiet since that record's time (its
+    clock moved onto rank 0's, as this watcher's), so a rank already silent when the
+    watcher attached stays silent on the next refreshes."""
 
 
 @dataclass
@@ -82,6 +88,8 @@ class Fetched:
     beats: dict[int, Beat] = field(default_factory=dict)
     changed: set[int] = field(default_factory=set)
     """Ranks whose record was fetched anew this refresh (their content changed)."""
+    clock_offset_ns: int = 0
+    """The watcher's clock minus rank 0's (0 when not measured)."""
 
 
 class StoreSource:
@@ -99,6 +107,8 @@ class StoreSource:
         self._records: dict[int, dict[str, Any]] = {}
         self._versions: dict[int, int] = {}
         self._seen: dict[int, tuple[int, float]] = {}
+        self.clock_offset_ns = 0
+        """This watcher's clock minus rank 0's, measured once when attaching."""
         """Rank → (beat count, when this watcher saw it change)."""
 
     # ------------------------------------------------------------------ connecting
@@ -147,6 +157,8 @@ class StoreSource:
             self.world_size = world
         if not self.world_size:
             raise WatchError(f"the job at {self.address} does not say its world size")
+        offset = measure_offset(self._store, self.tid)  # rank 0 answers: one round trip
+        self.clock_offset_ns = offset.offset_ns if offset is not None else 0
 
     # ------------------------------------------------------------------ store calls
 
@@ -155,7 +167,8 @@ class StoreSource:
             return fn(*args)
         except Exception as exc:
             raise WatchError(f"the job's store at {self.address} stopped answering ({what}: "
-                             f"{_short(exc)}); the job has probably ended") from None
+                             f"{_short(exc)}): the job has ended, or {self.address.host}, "
+                             "the host that serves it, is down") from None
 
     def _exists(self, keys: list[str]) -> bool:
         return all(self._call("check", self._store.check, keys[i:i + _CHUNK])
@@ -219,6 +232,8 @@ class StoreSource:
             else:
                 quiet = now - seen[1]
             beats[r] = Beat(count, version, t, quiet)
+        first = [r for r, b in beats.items() if b.quiet_s == 0.0
+                 and self._seen.get(r, (None, None))[1] == now and r not in self._records]
         stale = [r for r, b in beats.items() if self._versions.get(r) != b.version]
         values = self._multi_get([progress.rank_key(self.tid, r) for r in stale])
         for r, raw in zip(stale, values):
@@ -234,11 +249,16 @@ class StoreSource:
             self._records[r] = rec
             self._versions[r] = beats[r].version
         records = {r: self._records[r] for r in beats if r in self._records and r not in bad}
+        watcher_ns = time.time_ns() - self.clock_offset_ns  # on rank 0's clock
+        for r in first:  # quiet since its record's time, not since we first looked
+            if r in records:
+                age_s = (watcher_ns - (beats[r].time_ns - record_offset_ns(records[r]))) / 1e9
+                self._seen[r] = (beats[r].beats, now - max(0.0, age_s))
         self._refresh_configs({r: records[r] for r in stale if r in records})
         missing = [r for r in ranks if r not in records and r not in bad]
         return Fetched(records=records, configs=dict(self._configs), missing=missing,
                        bad=sorted(bad.items()), meta=self.meta, beats=beats,
-                       changed=set(stale) & set(records))
+                       changed=set(stale) & set(records), clock_offset_ns=self.clock_offset_ns)
 
     def _refresh_configs(self, records: dict[int, dict[str, Any]]) -> None:
         stale = []
@@ -261,27 +281,40 @@ class StoreSource:
                 self._configs[r] = config
                 self._config_groups[r] = {str(k) for k in config}
 
-    def dump_notes(self) -> dict[int, dict[str, Any]]:
+    def dump_notes(self, ranks: Sequence[int] | None = None) -> dict[int, dict[str, Any]]:
         """Rank → where it wrote its newest dump (``host``, ``path``, ``reason``,
-        ``count``), for the ranks that have noted one; a note that does not parse is
-        skipped."""
+        ``count``), for the ranks (default: all) that have noted one; a note that does
+        not parse is skipped."""
         if self._store is None:
             self.connect()
         assert self.world_size is not None
-        keys = [progress.dumped_key(self.tid, r) for r in range(self.world_size)]
+        wanted = list(range(self.world_size)) if ranks is None else list(ranks)
+        keys = [progress.dumped_key(self.tid, r) for r in wanted]
         present = self._present(keys)
         out: dict[int, dict[str, Any]] = {}
         for i, raw in zip(present, self._multi_get([keys[i] for i in present])):
             try:
-                out[i] = progress.decode_dumped(raw)
+                out[wanted[i]] = progress.decode_dumped(raw)
             except progress.RecordError:
                 continue
         return out
 
+    def key_count(self) -> int:
+        """How many keys the store holds: one cheap call whose change says that some key
+        was added (a first dump note, say) without asking for each."""
+        return int(self._call("num_keys", self._store.num_keys))
+
     def request_dump(self) -> int:
         """Ask every rank to write its flight-recorder dump now (each rank sees it when
-        it next publishes); return the request's number."""
-        return int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
+        it next publishes); return the request's number. The request carries its proof
+        (:func:`commscope.flight.out.progress.dump_proof`, keyed with the token), without
+        which no rank dumps; a rank dumps on request at most once every
+        :data:`~commscope.flight.out.progress.DUMP_REQUEST_EVERY_S`, so a request soon
+        after another is answered when that time has passed."""
+        n = int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
+        self._call("set", self._store.set, progress.dump_proof_key(self.tid, n),
+                   progress.dump_proof(self.address.token, self.tid, n))
+        return n
 
 
 @contextmanager
@@ -301,6 +334,13 @@ def quiet_native_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def record_offset_ns(rec: dict[str, Any] | None) -> int:
+    """A record's clock offset to rank 0's (``commscope_clock``), 0 when it has none."""
+    clock = rec.get("commscope_clock") if isinstance(rec, dict) else None
+    off = clock.get("offset_ns") if isinstance(clock, dict) else None
+    return off if type(off) is int and abs(off) < 2**62 else 0
 
 
 def _short(exc: BaseException) -> str:

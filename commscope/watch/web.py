@@ -7,7 +7,9 @@ anything else is 403):
 
 * ``/`` the page (HTML, CSS and JS from the package, no CDN);
 * ``/snapshot.json`` the latest snapshot (``commscope.watch/1``), or ``{"error": ...}``
-  once the store went away;
+  once the store went away; with ``rank_table``, the ranks table as the terminal draws
+  it (:func:`commscope.watch.view.rank_table`: hosts and pids when the job spans hosts,
+  folded by host at scale), so the page and the terminal show the same rows;
 * ``/report`` the HTML report of the job's last dump (``commscope analyze`` of the dump
   folder), when there is one.
 
@@ -30,8 +32,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from commscope.watch.source import WatchError
+from commscope.watch.view import rank_table
 
 __all__ = ["WatchServer", "serve", "page_html"]
+
+_PAGE_ROWS = 32
+"""Rows of the page's ranks table (the terminal shows 16)."""
 
 
 def _asset(name: str) -> str:
@@ -116,6 +122,8 @@ class WatchServer:
         """Take one snapshot now (errors become the page's message)."""
         try:
             snap = self.make()
+            if isinstance(snap.get("ranks"), list):
+                snap = {**snap, "rank_table": rank_table(snap, _PAGE_ROWS)}
         except WatchError as exc:
             snap = {**self.latest, "error": str(exc), "state": "gone",
                     "headline": f"the job's store went away: {exc}"}

@@ -97,3 +97,64 @@ def test_other_jobs_and_victims_are_shown(page, tmp_path):
     page.goto(out.as_uri())
     page.wait_for_selector("#findings li")
     assert "victims" in page.query_selector("#findings li .meta").text_content()
+
+
+def _two_hosts_report(tmp_path, ranks=None) -> Path:
+    from tests.hostdumps import blocks, write_hosts_job
+
+    job = SyntheticJob(4)
+    job.collective()
+    job.collective(ranks=[0, 1, 2])
+    write_hosts_job(job, tmp_path / "dumps", blocks(2), ranks=ranks)
+    out = tmp_path / "report.html"
+    write_html(analyze(tmp_path / "dumps", end_times=True), out)
+    return out
+
+
+def test_hosts_section_and_host_labels_render(page, tmp_path):
+    page.goto(_two_hosts_report(tmp_path).as_uri())
+    page.wait_for_selector("#hosts-table td")
+    assert page.errors == []
+    rows = [[td.text_content() for td in tr.query_selector_all("td")]
+            for tr in page.query_selector_all("#hosts-table tr")[1:]]
+    assert rows == [
+        ["hostA", "0, 1", "4000-4001", "2/2", "/tmp/job/commscope_traces", ""],
+        ["hostB", "2, 3", "4002-4003", "2/2", "/tmp/job/commscope_traces", "culprit: 3"]]
+    assert page.get_attribute("#hosts-table tr:nth-child(3)", "class") == "blamed"
+    assert [li.text_content() for li in page.query_selector_all("#by-host li")] == [
+        "hostB: rank 3 is in no collective; rank 2 waits in all_reduce #2 of group 0",
+        "hostA: both ranks wait in all_reduce #2 of group 0"]
+    meta = page.text_content("#findings .meta")
+    assert "culprits 3 (hostB, pid 4003)" in meta
+    assert "waiting 0-2 (all of hostA; hostB: 2)" in meta
+    assert "rank 3 · hostB · g 0" in page.text_content("#timeline")
+    assert page.query_selector("#exclude-hosts") is None
+
+
+def test_a_crashed_host_is_named_to_leave_out(page, tmp_path):
+    page.goto(_two_hosts_report(tmp_path, ranks=[0, 1, 2]).as_uri())
+    page.wait_for_selector("#hosts-table td")
+    assert page.errors == []
+    assert page.text_content("#exclude-hosts") == (
+        "Leave out on restart: hostB (--json: exclude_hosts)")
+    assert page.text_content("#groups tr:nth-child(2) td:nth-child(9)") == "3 (hostB, pid 4003)"
+
+
+def test_hosts_fold_at_scale(page, tmp_path):
+    from tests.hostdumps import blocks, write_hosts_job
+
+    job = SyntheticJob(1024)
+    job.collective()
+    job.collective(ranks=[r for r in range(1024) if r != 41])
+    write_hosts_job(job, tmp_path / "dumps", blocks(8, lambda i: f"node{i:03d}"), table_on=[0])
+    out = tmp_path / "report.html"
+    write_html(analyze(tmp_path / "dumps", jobs=1), out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("#hosts-table td")
+    assert page.errors == []
+    assert len(page.query_selector_all("#hosts-table tr")) == 2  # header + node005
+    assert page.text_content("#hosts-folded") == (
+        "127 more hosts (node[000-004,006-127]): every dump here, nothing to report")
+    assert [li.text_content() for li in page.query_selector_all("#by-host li")] == [
+        "node005: rank 41 is in no collective; ranks 40, 42-47 wait in all_reduce #2 of group 0",
+        "127 hosts (node[000-004,006-127]): all 1016 ranks wait in all_reduce #2 of group 0"]

@@ -61,3 +61,36 @@ def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_p
         if server is not None:
             server.stop()
         job.stop()
+
+
+def test_the_page_names_hosts_and_folds_them_at_scale(page):
+    from tests.unit.test_watch_live import _scale_snapshot
+
+    snaps = {"now": _scale_snapshot("stuck", world=64)}
+    server = WatchServer(lambda: snaps["now"], token="t0k", refresh_s=0.2)
+    server.start()
+    try:
+        page.goto(server.url)
+        page.wait_for_selector("#ranks td")
+        assert page.errors == []
+        heads = [th.text_content() for th in page.query_selector_all("#ranks th")]
+        assert heads[:3] == ["host", "pid", "rank"]
+        assert "64 ranks on 8 hosts" in page.text_content(".meta")
+        culprit = [td.text_content() for td in page.query_selector_all("#ranks tr.culprit td")]
+        assert culprit[:3] == ["node005", "5041", "41"]
+        cells = [[td.text_content() for td in tr.query_selector_all("td")]
+                 for tr in page.query_selector_all("#ranks tr")[1:]]
+        assert ["7 hosts: node[000-004,006-007]", "-", "local 1"] in [c[:3] for c in cells]
+        assert len(cells) == 4
+        # one host: no host column
+        one = _scale_snapshot("stuck", world=8)
+        snaps["now"] = one
+        deadline = time.monotonic() + 10
+        while page.query_selector_all("#ranks th")[0].text_content() != "rank" \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert page.query_selector_all("#ranks th")[0].text_content() == "rank"
+        assert " on " not in page.text_content(".meta").split("·")[1]
+        assert page.errors == []
+    finally:
+        server.stop()

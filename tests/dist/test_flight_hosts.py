@@ -5,44 +5,21 @@ carries its place and the job's host table, which the analyzer reads back."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import pickle
-import socket
 import time
 from datetime import timedelta
 
 import pytest
 
 from tests.harness import run_ranks
+from tests.hostname import LO, become, why_no_hostnames
 
 pytestmark = pytest.mark.dist
 
-_CLONE_NEWUTS = 0x04000000
-_LO = {"GLOO_SOCKET_IFNAME": "lo"}  # the renamed hosts do not resolve
-
-
-def _can_rename_host() -> str:
-    """Why ranks cannot get hostnames of their own here ("" when they can)."""
-    if os.geteuid() != 0:
-        return "needs root for a UTS namespace per rank"
-    pid = os.fork()
-    if pid == 0:
-        ok = ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWUTS) == 0
-        os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    return "" if os.waitstatus_to_exitcode(status) == 0 else "unshare(CLONE_NEWUTS) refused"
-
-
-_WHY_NOT = _can_rename_host()
+_WHY_NOT = why_no_hostnames()
 needs_hosts = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "ok")
-
-
-def _become(host: str) -> None:
-    if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWUTS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS)")
-    socket.sethostname(host)
 
 
 def _job(rank: int, world_size: int, hosts: list[str], folder: str, tokens: list[str],
@@ -53,7 +30,7 @@ def _job(rank: int, world_size: int, hosts: list[str], folder: str, tokens: list
     import commscope.flight as flight
     from commscope.flight.api import _state
 
-    _become(hosts[rank])
+    become(hosts[rank])
     os.environ["COMMSCOPE_WATCH_TOKEN"] = tokens[rank]
     if drawn:
         os.environ["COMMSCOPE_WATCH_TOKEN_DRAWN"] = "1"
@@ -69,7 +46,7 @@ def _job(rank: int, world_size: int, hosts: list[str], folder: str, tokens: list
     dist.all_reduce(t)
     rec = _state.recorder
     deadline = time.monotonic() + 20
-    while not rec.hosts.done and time.monotonic() < deadline:
+    while (not rec.hosts.done or rec.clock is None) and time.monotonic() < deadline:
         time.sleep(0.05)
     dist.barrier()  # every rank has its table before any dumps
     path = flight.dump()
@@ -88,6 +65,8 @@ def test_ranks_of_all_hosts_agree_on_one_drawn_token_and_dumps_carry_the_host_ta
                     timeout=90)
     agreed = {o["token"] for o in out}
     assert len(agreed) == 1 and agreed <= set(tokens)  # one of the drawn ones, shared by all
+    # and forgotten in the store once every rank had read it (docs/watch.md, "Security")
+    assert not any(o["keys"]["commscope/watch_token"] for o in out)
     for rank, o in enumerate(out):
         with open(o["path"], "rb") as f:
             data = pickle.load(f)  # our own test dump, written just now
@@ -101,9 +80,13 @@ def test_ranks_of_all_hosts_agree_on_one_drawn_token_and_dumps_carry_the_host_ta
             ["hostB", os.path.join(str(tmp_path), "hostB"), None]]
         assert data["commscope_hosts"]["runs"] == [[0, 1, 0], [2, 3, 1]]
         assert "drawn-on" not in repr(data)  # no token in a dump
+        clock = data["commscope_clock"]  # measured through the store against rank 0
+        assert clock["reference"] == "rank 0"
+        assert abs(clock["offset_ns"]) <= max(clock["uncertainty_ns"], 10**6) + 5 * 10**6
+        assert (clock["offset_ns"], clock["uncertainty_ns"]) == (0, 0) or rank != 0
 
-    from commscope.analyze.read.load import load_dumps
     from commscope.analyze.model import HostMap
+    from commscope.analyze.read.load import load_dumps
 
     # one host's folder still knows where every rank ran, and where their files are
     only_a = load_dumps(str(tmp_path / "hostA"))
@@ -133,7 +116,7 @@ def test_a_token_the_user_set_never_enters_the_store(tmp_path):
     hosts = ["hostA", "hostB"]
     secret = "set-by-the-scheduler-on-every-host"
     out = run_ranks(_job, 2, tmp_path, hosts, str(tmp_path), [secret, secret], False,
-                    init=False, timeout=60, env=_LO)
+                    init=False, timeout=60, env=LO)
     assert [o["token"] for o in out] == [secret, secret]
     assert not out[0]["keys"]["commscope/watch_token"]
     assert out[0]["hash"] == hashlib.sha256(secret.encode()).hexdigest()

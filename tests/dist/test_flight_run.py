@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -80,6 +81,13 @@ def test_crash_under_commscope_run_leaves_survivors_sigterm_dumps(tmp_path):
     names = sorted(p.name for p in prefix.parent.iterdir()
                    if p.name[0] != "." and p.name not in ("watch.json", "commscope_later"))
     assert names == ["rank_0", "rank_2"], names  # rank 1 died before it could dump
+    # the job's log says where this host's dumps went (`commscope run`'s reporter: from
+    # the ranks' notes in the store, or from this disk once the store went with the job)
+    host = socket.gethostname()
+    ours = [line for line in proc.stderr.splitlines() if line.startswith(f"commscope: {host}: ")]
+    assert any(f"ranks 0, 2 dumped to {host}:{prefix.parent}/" in line for line in ours), ours
+    assert any(line.startswith(f"commscope: {host}: rank 1 ") and "no dump" in line
+               for line in ours), ours
     for rank in (0, 2):
         dump = _load(prefix.parent / f"rank_{rank}")
         # the first dump of the incident: torchrun's SIGTERM, the other survivor's

@@ -9,55 +9,31 @@ the hostnames must be gathered once (three store requests per rank).
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
-import os
 import re
-import socket
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 
+from tests.hostname import LO, become, why_no_hostnames
+
 pytestmark = pytest.mark.dist
 
-_CLONE_NEWUTS = 0x04000000
-_LO = {"GLOO_SOCKET_IFNAME": "lo"}  # new groups' gloo devices: the renamed hosts do not resolve
 _HOSTS_PREFIX = "commscope/mesh/hosts/"
-
-
-@functools.cache
-def _why_no_hostnames() -> str:
-    """Why ranks cannot get hostnames of their own here ("" when they can)."""
-    if os.geteuid() != 0:
-        return "a hostname per rank needs root (a UTS namespace per rank)"
-    pid = os.fork()
-    if pid == 0:
-        ok = ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWUTS) == 0
-        os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    return "" if os.waitstatus_to_exitcode(status) == 0 else "unshare(CLONE_NEWUTS) refused"
 
 
 @pytest.fixture
 def hosts_ranks(ranks):
     """``ranks`` with loopback gloo, skipped where a rank cannot have its own hostname."""
-    why = _why_no_hostnames()
+    why = why_no_hostnames()
     if why:
         pytest.skip(why)
 
     def _run(fn, world_size, *args, **kwargs):
-        return ranks(fn, world_size, *args, env=_LO, timeout=90, **kwargs)
+        return ranks(fn, world_size, *args, env=LO, timeout=90, **kwargs)
 
     return _run
-
-
-def _become(host: str) -> None:
-    """This rank runs on ``host`` from now on (its own UTS namespace)."""
-    if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWUTS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS)")
-    socket.sethostname(host)
 
 
 class _CountingStore:
@@ -95,7 +71,7 @@ def _capture() -> tuple[list[logging.LogRecord], _CountingStore]:
 def _job(rank: int, world: int, hostnames: list[str], shape: tuple, names: tuple) -> dict:
     from commscope.mesh import init_device_mesh
 
-    _become(hostnames[rank])
+    become(hostnames[rank])
     records, store = _capture()
     mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
     first_requests = list(store.requests)
@@ -194,7 +170,7 @@ def _part_of_the_job(rank: int, world: int, hostnames: list[str]) -> dict:
     """Ranks 0 and 1 make a mesh of their own group; ranks 2 and 3 make none."""
     from commscope.mesh import DeviceMesh, init_device_mesh
 
-    _become(hostnames[rank])
+    become(hostnames[rank])
     out: dict[str, Any] = {}
     if rank < 2:
         group = dist.new_group([0, 1], use_local_synchronization=True)

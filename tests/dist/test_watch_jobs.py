@@ -199,7 +199,9 @@ def test_a_store_that_vanishes_under_an_attached_watcher_is_one_sentence(tmp_pat
 def test_dump_after_a_hang_was_dumped_reads_the_incident_and_says_where_the_new_ones_are(
         tmp_path, capsys):
     # the job hangs, every rank dumps for the incident (timeout 2 s); a later `commscope
-    # dump` must not wait for files that will never change: the answers go beside them
+    # dump` must not wait for files that will never change: the answers go beside them.
+    # First, the job's own log (`commscope run`'s reporter) carries the verdict, seconds
+    # after the first dump, with no command typed
     job = start(tmp_path / "hung", interval_s=INTERVAL_S, COMMSCOPE_FR_TIMEOUT_S="2")
     try:
         job.watch_info()
@@ -208,8 +210,9 @@ def test_dump_after_a_hang_was_dumped_reads_the_incident_and_says_where_the_new_
         deadline = time.monotonic() + 60
         while len(list(traces.glob("rank_*"))) < 4:
             assert time.monotonic() < deadline, job.log()
-            time.sleep(0.2)
-        time.sleep(1.0)
+            time.sleep(0.05)
+        logged_after = _verdict_in_the_log(job, traces)
+        time.sleep(max(0.0, 1.0 - logged_after))
         start_s = time.monotonic()
         assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
         took = time.monotonic() - start_s
@@ -221,3 +224,139 @@ def test_dump_after_a_hang_was_dumped_reads_the_incident_and_says_where_the_new_
     later = sorted(p.name for p in (traces / "commscope_later").iterdir())
     assert later == [f"{r}.request-from-commscope-dump.pkl" for r in range(4)], later
     assert took < 15, took
+    # the job's log: one report, the verdict naming rank 3 where it stalls, every dump
+    log = (job.folder / "job.log").read_text()
+    ours = [line for line in log.splitlines() if line.startswith("commscope: ")]
+    host = socket.gethostname()
+    verdict = next(line for line in ours if _LOG_VERDICT in line)
+    assert "STUCK" in verdict and "rank 3" in verdict and "load_batch" in verdict, verdict
+    assert f"commscope:   {host}:{traces}/  ranks 0-3" in ours, log
+    assert f"commscope: for the full analysis of the files: commscope analyze {traces}" in ours
+    assert sum(_LOG_VERDICT in line for line in ours) == 1, log  # not again for the request
+    assert job.watch_info()["token"] not in log
+    print(f"first dump -> verdict in the job's log: {logged_after:.2f} s")
+    assert logged_after < 10, (logged_after, log)
+
+
+_LOG_VERDICT = "live verdict (every rank's record, all hosts):"
+
+
+def _verdict_in_the_log(job, traces) -> float:
+    """Seconds from the first dump (its own time) to the verdict in the job's log."""
+    import pickle
+
+    deadline = time.monotonic() + 30
+    while _LOG_VERDICT not in (job.folder / "job.log").read_text():
+        assert time.monotonic() < deadline, job.log()
+        time.sleep(0.02)
+    seen = time.time()
+    first = min(pickle.loads(p.read_bytes())["dump_time_ns"] for p in traces.glob("rank_*"))
+    return seen - first / 1e9
+
+
+def _master_port(job, timeout: float = 60.0) -> int:
+    """The job's store port, read from a worker's environment as soon as one exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in _workers(job):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(item.split(b"=", 1) for item in f.read().split(b"\0")
+                               if b"=" in item)
+            except OSError:
+                continue
+            if b"MASTER_PORT" in env:
+                return int(env[b"MASTER_PORT"])
+        time.sleep(0.01)
+    raise TimeoutError(f"no worker with MASTER_PORT: {job.log()}")
+
+
+def _files(folder) -> list[str]:
+    """The files and folders in ``folder``, hidden ones (the armed fatal logs) left out."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def test_an_outsider_on_the_store_reads_but_cannot_make_the_job_dump(tmp_path, capsys):
+    # Someone on the cluster network, with torch's own store client and no token.
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from commscope.flight.out import progress, requests
+    from commscope.flight.out.watchdog import REQUEST_COUNT_KEY, request_key, request_value
+    from commscope.flight.record.job import TOKEN_KEY
+
+    job = start(tmp_path / "outsider", interval_s=INTERVAL_S)
+    try:
+        outsider = TCPStore("127.0.0.1", _master_port(job), is_master=False,
+                            timeout=timedelta(seconds=10), wait_for_workers=False)
+        # 1. the drawn token the ranks agree on is in the store only until all have it
+        token_key = f"default_pg/{TOKEN_KEY}"
+        seen_at = gone_at = None
+        deadline = time.monotonic() + 60
+        while gone_at is None and time.monotonic() < deadline:
+            there = outsider.check([token_key])
+            now = time.monotonic()
+            if there and seen_at is None:
+                seen_at = now
+            elif not there and seen_at is not None:
+                gone_at = now
+            time.sleep(0.002)
+        assert seen_at is not None and gone_at is not None, job.log()
+        with capsys.disabled():  # the exposure window, seen with `pytest -s`
+            print(f"\nthe agreed token was readable in the store for {gone_at - seen_at:.3f} s")
+        token = job.watch_info()["token"]
+        tid = progress.token_id(token)
+        deadline = time.monotonic() + 60
+        while not outsider.check([progress.beat_key(tid, r) for r in range(4)]):
+            assert time.monotonic() < deadline, job.log()
+            time.sleep(0.1)
+        time.sleep(2 * INTERVAL_S)  # every rank has looked at the dump counter once
+
+        # 2. what it sees: every key, every rank's record; never the token
+        keys = outsider.list_keys()
+        assert progress.rank_key(tid, 3) in keys and token_key not in keys
+        values = outsider.multi_get(keys)
+        assert not any(token.encode() in bytes(v) for v in values)
+        record = json.loads(outsider.get(progress.rank_key(tid, 0)))
+        assert record["hostname"] == socket.gethostname() and record["pid"] > 0
+        assert record["commscope_threads"][0]["frames"][0]["filename"].startswith("/")
+
+        # 3. what it asks for: nothing happens
+        dump_key = progress.dump_key(tid)
+        for proof in (None, progress.dump_proof("a guess", tid, 1), "0" * 64):
+            n = outsider.add(dump_key, 1)
+            if proof is not None:
+                outsider.set(progress.dump_proof_key(tid, n), proof)
+            time.sleep(INTERVAL_S)
+        count_key = f"default_pg/{REQUEST_COUNT_KEY}"
+        for forge in ("0|timeout", "0|timeout|" + "0" * 64, None):
+            n = outsider.add(count_key, 1)
+            outsider.set(f"default_pg/{request_key(n)}",
+                         forge or request_value("a guess", n, 0, "timeout"))
+            time.sleep(INTERVAL_S)
+        time.sleep(requests.PROOF_GRACE_S + 4 * INTERVAL_S)
+        traces = job.folder / "commscope_traces"
+        assert _files(traces) == ["watch.json"]  # no rank dumped
+        log = (job.folder / "job.log").read_text()
+        assert log.count("ignored a `commscope dump` request at ") == 4, log[-3000:]
+        assert log.count("ignored a dump request of another rank at ") == 4, log[-3000:]
+        assert token not in log
+
+        # 4. the token's holder: `commscope dump` works, and a burst is answered once
+        assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
+        assert "verdict: HEALTHY" in capsys.readouterr().out
+        dumps = sorted(p.name for p in traces.glob("rank_*"))
+        assert dumps == [f"rank_{r}" for r in range(4)]
+        source = _source(job)
+        before = {r: n["count"] for r, n in source.dump_notes().items()}
+        assert before == {r: 1 for r in range(4)}
+        for _ in range(20):
+            source.request_dump()
+        time.sleep(progress.DUMP_REQUEST_EVERY_S + 6 * INTERVAL_S)
+        after = {r: n["count"] for r, n in source.dump_notes().items()}
+        assert after == {r: 2 for r in range(4)}, after  # 20 requests, one dump each
+        assert _files(traces) == [*dumps, "watch.json"]
+        assert job.proc.poll() is None
+    finally:
+        job.stop()

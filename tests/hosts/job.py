@@ -147,13 +147,16 @@ def start_job(cluster: Cluster, script: str, *, nproc: int | Sequence[int] = 2,
               host_env: Mapping[str, Mapping[str, str]] | None = None,
               prefix: Mapping[str, Sequence[str]] | None = None,
               hosts: Sequence[str] | None = None, timeout_s: float = 120,
-              args: Sequence[str] = ()) -> MultiHostJob:
+              args: Sequence[str] = (), static: bool = False) -> MultiHostJob:
     """Start ``tests/jobs/<script>`` (or a path) on ``hosts`` (default: every host of
     ``cluster``), ``nproc`` ranks a host (or one count per host, for uneven hosts).
 
     ``env`` goes to every host, ``host_env[name]`` to one host on top of it, and
     ``prefix[name]`` goes before that host's command (``["faketime", "-10"]``, say).
-    The job is killed after ``timeout_s`` seconds whatever happens.
+    The job is killed after ``timeout_s`` seconds whatever happens. ``static``: torchrun's
+    static rendezvous (``--master-addr``, ``--node-rank``) instead of c10d's, whose
+    heartbeats are wall-clock times: a host whose clock is more than about 15 s behind
+    looks dead to it and is left out of the job.
     """
     names = list(hosts or [h.name for h in cluster])
     counts = [nproc] * len(names) if isinstance(nproc, int) else list(nproc)
@@ -167,11 +170,14 @@ def start_job(cluster: Cluster, script: str, *, nproc: int | Sequence[int] = 2,
     launchers: dict[str, subprocess.Popen] = {}
     try:
         for i, (name, count) in enumerate(zip(names, counts)):
+            if static:  # one count for every host: torchrun's static ranks assume it
+                host, port = endpoint.rsplit(":", 1)
+                rdzv = ["--node-rank", str(i), "--master-addr", host, "--master-port", port]
+            else:
+                rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                        run_id, "--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr", name]
             cmd = [*(prefix or {}).get(name, ()), sys.executable, "-m", "commscope", "run",
-                   "--nnodes", str(len(names)),
-                   "--nproc-per-node", str(count), "--rdzv-backend", "c10d",
-                   "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-                   "--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr", name,
+                   "--nnodes", str(len(names)), "--nproc-per-node", str(count), *rdzv,
                    "--monitor-interval", "0.2", str(path), *args]
             with open(cluster.root / f"{name}.job.log", "wb") as log:  # the child keeps a copy
                 launchers[name] = cluster[name].popen(

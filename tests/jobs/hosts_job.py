@@ -5,6 +5,11 @@ stalls in its data loader (``load_batch``), and the others then wait in the next
 all_reduce, once its step reaches ``STALL_STEP`` or once the file ``STALL_FILE`` (a path
 on its own host, relative to the job's folder) exists. When it stalls it writes
 ``stall.at`` beside it (in the working folder for ``STALL_STEP``) with the time.
+
+With ``SURVIVE=1``, a rank whose all_reduce fails (a peer's process or host died: gloo
+reports the closed connection) stays alive and idle instead of raising, as a rank blocked
+until its collective's timeout would (NCCL): the job's store and the survivors' records
+outlive the dead peers, and torchrun does not stop the job.
 """
 
 import os
@@ -18,6 +23,7 @@ import commscope.flight as flight
 STALL_RANK = int(os.environ.get("STALL_RANK", "3"))
 STALL_STEP = int(os.environ.get("STALL_STEP", "-1"))
 STALL_FILE = os.environ.get("STALL_FILE", "")
+SURVIVE = os.environ.get("SURVIVE") == "1"
 
 
 def _stall_now(step: int) -> bool:
@@ -53,7 +59,12 @@ def main() -> None:
     for step in range(1_000_000):
         flight.step(step)
         batch = load_batch(step)
-        dist.all_reduce(batch)
+        try:
+            dist.all_reduce(batch)
+        except RuntimeError:
+            if not SURVIVE:
+                raise
+            time.sleep(3600)  # a peer died: stay, as a rank blocked until a timeout does
         time.sleep(0.05)
 
 

@@ -373,3 +373,32 @@ def test_reader_processes_from_64_files_or_32_mb(tmp_path, monkeypatch):
     big.write_bytes(b"\0" * (33 << 20))  # one rank with a big ring beside small ones
     assert load._default_jobs([*small[:2], (str(big), 100)]) == 2
     assert load._default_jobs([(str(big), 100)]) == 1  # one file: nothing to share
+
+
+@pytest.mark.parametrize("scenario,culprit", [("missing_rank", 2), ("mesh2d_stall_one_rank", None)])
+def test_a_dump_whose_every_record_is_invalid_is_unusable_never_a_culprit(
+        tmp_path, scenario, culprit):
+    # a real job's folder; one bystander's file keeps its shape but none of its records
+    # reads: that rank is named unusable, and the verdict of the others stands
+    src = Path(__file__).resolve().parents[1] / "data" / "scenarios" / scenario / "ours"
+    reference = analyze(src)
+    root = reference.findings[0]
+    bystander = next(r for r in reference.loaded
+                     if r not in root.culprit_ranks and r != (culprit or -1))
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith("."):
+            shutil.copy(f, tmp_path / f.name)
+    path = tmp_path / f"rank_{bystander}"
+    with open(path, "rb") as fh:
+        data = pickle.load(fh)  # our own fixture
+    data["entries"] = [{"record_id": "x", "collective_seq_id": None} for _ in data["entries"]]
+    with open(path, "wb") as fh:
+        pickle.dump(data, fh)
+    result = analyze(tmp_path)
+    assert bystander not in result.loaded
+    assert [u.rank for u in result.unreadable] == [bystander]
+    assert "unusable: none of its" in result.unreadable[0].error
+    first = result.findings[0]
+    assert (first.kind, first.culprit_ranks) == (root.kind, root.culprit_ranks)
+    assert all(bystander not in f.culprit_ranks for f in result.findings
+               if f.kind != "unreadable_dump")

@@ -38,8 +38,8 @@ STAGES = {
     "analyze": {"text": 0, "model": 1, "read": 2, "align": 3, "diagnose": 4, "analysis": 5,
                 "present": 6, "command": 7, "synth": 7, "__init__": 8},
     "comm": {"trace": 0, "present": 1, "capture": 2, "examples": 3, "__init__": 4},
-    "flight": {"config": 0, "record": 1, "splice": 2, "out": 3, "api": 4, "__init__": 5,
-               "bootstrap": 6, "launch": 6},
+    "flight": {"config": 0, "launcher_env": 0, "record": 1, "splice": 2, "out": 3, "api": 4,
+               "__init__": 5, "bootstrap": 6, "launch": 6, "exec": 7},
 }
 """Inside a staged package: first part of the module's path -> rank. A module may
 import its own stage (same first part) or a stage of lower rank."""

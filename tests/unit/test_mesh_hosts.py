@@ -44,6 +44,8 @@ def test_arithmetic_table_is_torchruns_placement():
         (["devbox"] * 4, "1 host (devbox)"),
         (["hostA", "hostA", "hostB", "hostB"], "2 hosts of 2 ranks (hostA, hostB)"),
         (["hostA", "hostA", "hostA", "hostB"], "2 hosts (hostA: 3 ranks, hostB: 1)"),
+        # the first host alone: one rank, not "1 ranks" (seen on simulated uneven hosts)
+        (["hostA", "hostB", "hostB", "hostB"], "2 hosts (hostA: 1 rank, hostB: 3)"),
         ([f"n{i}" for i in (0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 5)],
          "6 hosts of 1 to 3 ranks (n0: 3 ranks, n1: 2, n2: 3, n3: 1, ...)"),
         ([f"node{r // 8}" for r in range(64)], "8 hosts of 8 ranks"),

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from commscope.flight.out import progress
 from commscope.watch.live import Thresholds, snapshot
 from commscope.watch.source import Address, StoreSource, WatchError
-from commscope.watch.view import render
+from commscope.watch.view import rank_table, render
 
 T0 = 1_800_000_000_000_000_000
 
@@ -180,3 +180,172 @@ def test_p2p_channel_counts_are_kept_only_while_no_record_went_by_unseen():
     assert fields["commscope_p2p_ordinals"] == {"3": 0, "4": 2}
     ch.update([entry(9)])  # records 5-8 went by between two looks: counts are not whole
     assert ch.fields([entry(9)]) == {}
+
+
+def _text(snap: dict, width: int = 160) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render(snap))
+    return console.export_text()
+
+
+def test_two_hosts_get_a_host_and_pid_column_one_host_none():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 5)]
+    records = {r: _record(r, 4, [*done, (5, "started")], now) for r in range(3)}
+    records[3] = _record(3, 4, done, now, main=("load_batch", "/home/u/loader.py", 7,
+                                                "time.sleep(60)"))
+    for r, rec in records.items():
+        rec.update(hostname="hostA" if r < 2 else "hostB", pid=4000 + r)
+    snap = snapshot(_source(_store(records, 4)).fetch(), thresholds=Thresholds(0.5), now_ns=now)
+    assert [(row["rank"], row["host"], row["pid"]) for row in snap["ranks"]] == [
+        (0, "hostA", 4000), (1, "hostA", 4001), (2, "hostB", 4002), (3, "hostB", 4003)]
+    assert "Rank 3 (hostB, pid 4003) never joined" in snap["findings"][0]["message"]
+    text = _text(snap)
+    assert "4 ranks on 2 hosts" in text
+    header = next(line for line in text.splitlines() if "record age" in line)
+    assert header.split()[1:4] == ["host", "┃", "pid"]
+    row3 = [line for line in text.splitlines() if "load_batch (time.sleep(60))" in line][-1]
+    assert row3.split()[1:6] == ["hostB", "│", "4003", "│", "3"]
+    table = rank_table(snap)
+    assert [row["_class"] for row in table["rows"]] == ["", "", "", "culprit"]
+    for rec in records.values():
+        rec["hostname"] = "hostA"
+    one = snapshot(_source(_store(records, 4)).fetch(), thresholds=Thresholds(0.5), now_ns=now)
+    assert [c for c, _ in rank_table(one)["columns"]][:2] == ["rank", "step"]
+    assert "hostA" not in _text(one) and " on 1 hosts" not in _text(one)
+
+
+def _scale_snapshot(state: str, world: int = 4096, per: int = 8, silent: int = 41) -> dict:
+    rows = []
+    for r in range(world):
+        stuck = state == "stuck"
+        rows.append({
+            "rank": r, "host": f"node{r // per:03d}", "pid": 5000 + r,
+            "age_s": 14.2 if r == silent else 0.3 + (r % 7) / 10, "silent": r == silent,
+            "step": 812 + r % 2,
+            "published": 3, "where_now": None if stuck else f"train.py:{40 + r % 3} in step",
+            "oldest_unfinished": None if r == silent or not stuck else {
+                "op": "all_reduce #813" if r % per == 1 else "all_reduce #812",
+                "group": "dp" if r % per == 1 else "tp", "age_s": 30.0 + r % 5,
+                "where": "train.py:42 in step"}})
+    return {"state": state, "headline": "", "store": "x:1", "world_size": world,
+            "interval_s": 2.0, "stall_s": 4.0, "ranks": rows, "groups": [], "missing": [],
+            "bad_records": [], "findings": [{"kind": "crashed_rank", "culprit_ranks": [silent],
+                                             "waiting_ranks": [], "message": "m"}]}
+
+
+def test_4096_ranks_on_512_hosts_fold_by_host_in_the_ranks_table():
+    snap = _scale_snapshot("stuck")
+    start = time.perf_counter()
+    table = rank_table(snap)
+    assert time.perf_counter() - start < 1.0
+    rows = [(row["host"], row["rank"], row["op"], row["_class"]) for row in table["rows"]]
+    assert rows[0] == ("node005", "41", "-", "culprit")
+    assert table["rows"][0]["age"] == "silent 14 s"
+    everyone = "511 hosts: node[000-004,006-511]"
+    assert (everyone, "local 1", "all_reduce #813 of dp", "") in rows
+    assert (everyone, "local 0, 2-7", "all_reduce #812 of tp", "") in rows
+    assert ("node005", "40, 42-47", "all_reduce #812 of tp", "") in rows
+    assert len(rows) == 4 and table["caption"] == "" and table["hosts"] == 512
+    assert rank_table(snap, 2)["caption"].startswith("2 more lines, ")
+    text = _text(snap, 200)
+    assert "4096 ranks on 512 hosts" in text and everyone in text
+    # a running job: hosts whose ranks all move fold into one line, however they differ
+    running = _scale_snapshot("healthy", silent=-1)
+    running["findings"] = []
+    table = rank_table(running)
+    assert len(table["rows"]) == 1
+    row = table["rows"][0]
+    assert (row["host"], row["rank"], row["step"], row["age"], row["where"]) == (
+        "512 hosts: node[000-511]", "0-4095", "812-813", "0.3-0.9 s", "various")
+
+
+def _on_hosts(records: dict[int, dict], hosts: dict[int, str]) -> dict[int, dict]:
+    for r, rec in records.items():
+        rec["hostname"] = hosts[r]
+    return records
+
+
+def _clock(ns: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ns / 1e9))
+
+
+def test_a_host_whose_every_rank_is_silent_is_told_once_as_a_host():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 4)]
+    records = {r: _record(r, 4, [*done, (4, "started")], now) for r in range(2)}
+    records.update({r: _record(r, 4, done, now, age_s=9) for r in (2, 3)})
+    _on_hosts(records, {0: "hostA", 1: "hostA", 2: "hostB", 3: "hostB"})
+    source = _source(_store(records, 4))
+    snap = snapshot(source.fetch(), thresholds=Thresholds(0.5), now_ns=now)
+    since = _clock(now - 9e9)
+    assert snap["state"] == "stuck" and snap["silent"] == [2, 3]
+    assert snap["headline"].startswith(f"stuck 9 s: [crashed_rank] hostB: ranks 2-3 silent "
+                                       f"since {since}; ranks 0, 1 wait in all_reduce #4"), snap
+    root = snap["findings"][0]
+    assert root["culprit_ranks"] == [2, 3]
+    assert root["message"].startswith(
+        f"hostB: ranks 2-3 silent since {since} (no record for 9 s: frozen, or gone) while "
+        "ranks 0, 1 reached all_reduce #4"), root["message"]
+    assert [(h["host"], h["ranks"], h["how"]) for h in snap["lost_hosts"]] == [
+        ("hostB", [2, 3], "silent")]
+    render(snap)
+    # silent when the watcher attached, still silent on its next refresh (no flicker)
+    again = snapshot(source.fetch(), thresholds=Thresholds(0.5))
+    assert again["silent"] == [2, 3] and "hostB: ranks 2-3 silent since" in again["headline"]
+
+
+def test_a_host_gone_with_its_peers_work_failed_is_named_gone():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 4)]
+    records = {r: _record(r, 4, done, now) for r in range(4)}
+    for r in (0, 1):  # their all_reduce #4 failed: the peer closed the connection
+        failed = _entry(4, "started", now - int(8e9))
+        failed[13], failed[16] = True, True  # retired, failed
+        records[r]["entries"].append(failed)
+        records[r]["progress"] = {"0": ["default_pg", 4, 3]}
+    records.update({r: _record(r, 4, done, now, age_s=8) for r in (2, 3)})
+    _on_hosts(records, {0: "hostA", 1: "hostA", 2: "hostB", 3: "hostB"})
+    snap = snapshot(_source(_store(records, 4)).fetch(), thresholds=Thresholds(0.5),
+                    now_ns=now)
+    assert snap["state"] == "stuck", snap["headline"]  # nobody waits, yet ranks are gone
+    assert "[crashed_rank] hostB: ranks 2-3 gone since " in snap["headline"], snap["headline"]
+    assert "; ranks 0, 1 failed in all_reduce #4 of group 0" in snap["headline"]
+    assert snap["findings"][0]["message"].startswith("hostB: ranks 2-3 gone since ")
+    assert snap["lost_hosts"][0]["how"] == "gone"
+
+
+def test_one_silent_rank_of_a_host_is_told_as_a_rank():
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 4)]
+    records = {r: _record(r, 4, [*done, (4, "started")], now) for r in range(3)}
+    records[3] = _record(3, 4, done, now, age_s=9)
+    _on_hosts(records, {0: "hostA", 1: "hostA", 2: "hostB", 3: "hostB"})
+    snap = snapshot(_source(_store(records, 4)).fetch(), thresholds=Thresholds(0.5),
+                    now_ns=now)
+    assert snap["lost_hosts"] == [] and snap["silent"] == [3]
+    assert snap["headline"].startswith("stuck 5 s: [crashed_rank] rank 3 silent for 9 s "
+                                       "(frozen, or gone); ranks 0-2 wait in"), snap["headline"]
+
+
+def test_dump_names_the_silent_hosts_that_cannot_answer():
+    from commscope.watch.command import _unanswered
+    from commscope.watch.live import silent_ranks
+
+    now = time.time_ns()
+    done = [(s, "completed") for s in range(1, 3)]
+    records = {r: _record(r, 6, done, now, age_s=9 if r in (2, 3, 5) else 0.1)
+               for r in range(6)}
+    _on_hosts(records, {0: "hostA", 1: "hostA", 2: "hostB", 3: "hostB", 4: "hostC",
+                        5: "hostC"})
+    fetched = _source(_store(records, 6)).fetch()
+    silent = silent_ranks(fetched, Thresholds(0.5))
+    assert sorted(silent) == [2, 3, 5]
+    lines = _unanswered(fetched, [1, 2, 3, 5], silent)
+    assert lines == [
+        f"hostB: ranks 2-3 did not answer: no record since {_clock(now - 9e9)} (9 s: frozen, "
+        "or gone with their host); no dump of theirs",
+        "1 rank(s) did not answer: 5, no record for 9 s (frozen, or gone); no dump of theirs",
+        "1 rank(s) did not dump in time: [1]"]

@@ -25,17 +25,23 @@ Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findi
 4. Findings (:func:`crash_findings`): ranks without a dump, one ``crashed_rank`` per
    group they were last seen in (the largest group they belong to that has records:
    who reached its newest collective, and whether they still wait in it), quoting the
-   fatal log of a rank that died in native code; every other crashed rank, one each,
-   says why (stale dump, the exception, the signal), its last record, and who waits for
-   it (its direct waiters in the wait graph, then everyone behind them).
+   fatal log of a rank that died in native code; when they are every rank of a host
+   (a job on several hosts), the host is named once instead of each rank, with when
+   its ranks went (the moment their victims' work failed, on rank 0's clock) and where
+   its dumps would be if the host is still up: ``hostB: ranks 2-3 gone at 12:03:10, no
+   dump``. Every other crashed rank, one each, says why (stale dump, the exception, the
+   signal), its last record, and who waits for it (its direct waiters in the wait
+   graph, then everyone behind them).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from commscope.analyze.align.match import GroupView
 from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.hosts import hosts_phrase, whole_hosts
 from commscope.analyze.diagnose.mismatch import MISMATCH_KINDS
 from commscope.analyze.diagnose.waits import Wait, WaitGraph, reaching
 from commscope.analyze.diagnose.wording import record_op, record_status
@@ -132,9 +138,11 @@ def _best_view(ctx: Context, rank: int) -> GroupView | None:
 def _victim_text(victims: list[int], dead: list[int]) -> str:
     if not victims:
         return ""
-    verb = "was" if len(victims) == 1 else "were"
-    return (f" {ranks_phrase(victims).capitalize()} {verb} its victims (their work failed "
-            f"when {ranks_phrase(dead)} went away, or they raised a communication error).")
+    one = len(victims) == 1
+    were = "was its victim" if one else "were its victims"
+    return (f" {ranks_phrase(victims).capitalize()} {were} "
+            f"({'its' if one else 'their'} work failed when {ranks_phrase(dead)} went away, or "
+            f"{'it' if one else 'they'} raised a communication error).")
 
 
 def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> list[Finding]:
@@ -147,16 +155,20 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
         view = _best_view(ctx, r)
         buckets.setdefault(view.group.key if view else None, []).append(r)
     for key, ranks in sorted(buckets.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
-        who = ranks_phrase(ranks) + ctx.on_hosts(ranks)
+        who = ranks_phrase(ranks).capitalize() + ctx.on_hosts(ranks)  # hosts keep case
         waiting = sorted(reaching(set(ranks), graph))
         victims = [v for v in victims_all if v in waiting or not waiting]
+        hosts = whole_hosts(ctx.hosts, ranks)
         if key is None:
+            subject = (_host_subject(ctx, hosts, victims) if hosts else
+                       f"{who} left no dump (crashed, or its file was not "
+                       "collected)")
+            rest = ("; no group in the other dumps shows where it stopped."
+                    + _fatal_text(ctx, ranks) + _victim_text(victims, ranks))
             findings.append(Finding(
                 kind="crashed_rank", group=None, collective_seq_id=None, op=None,
                 culprit_ranks=ranks, waiting_ranks=waiting, blocking=True,
-                message=(f"{who.capitalize()} left no dump (crashed, or its file was not "
-                         "collected); no group in the other dumps shows where it stopped."
-                         + _fatal_text(ctx, ranks) + _victim_text(victims, ranks)),
+                message=subject + rest, details={"rest": rest, "hosts": hosts, "victims": victims},
             ))
             continue
         view = ctx.views[key]
@@ -165,18 +177,25 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
         died = _fatal_text(ctx, ranks)
         sig = ctx.sig(front[0], key, seq) if front else None
         unfinished = [r for r in front if not record_status(ctx, r, key, seq) & _DONE]
-        state = (("still waits in it" if len(unfinished) == 1 else "still wait in it")
-                 if unfinished else "recorded it as finished")
+        failed = [r for r in unfinished if record_status(ctx, r, key, seq) & FAILED]
+        if unfinished and len(failed) == len(unfinished):
+            state = "failed in it"  # a peer closed the connection: it died, or its host
+        elif unfinished:
+            state = "still waits in it" if len(unfinished) == 1 else "still wait in it"
+        else:
+            state = "recorded it as finished"
         where = frame_text(ctx.frame_at(front[0], key, seq)) if front else "no stack recorded"
         what = f"{sig.op} #{seq} ({sig.sizes_text()})" if sig else f"#{seq}"
+        subject = (_host_subject(ctx, hosts, victims) if hosts else
+                   f"{who} left no dump (crashed or unreachable, so its own stack "
+                   "is unknown)")
+        rest = (f" while {ranks_phrase(front)} reached {what} of {view.group.label()} and "
+                f"{state}, at {where}.{died}" + _victim_text(victims, ranks))
         findings.append(Finding(
             kind="crashed_rank", group=view.group, collective_seq_id=seq,
             op=sig.op if sig else None, culprit_ranks=ranks,
             waiting_ranks=sorted(set(waiting) | set(front)), blocking=True,
-            message=(f"{who.capitalize()} left no dump (crashed or unreachable, so its own stack "
-                     f"is unknown) while {ranks_phrase(front)} reached {what} of "
-                     f"{view.group.label()} and {state}, at {where}.{died}"
-                     + _victim_text(victims, ranks)),
+            message=subject + rest, details={"rest": rest, "hosts": hosts, "victims": victims},
         ))
     for r in sorted(x for x, why in reasons.items() if why != "nodump"):
         d = ctx.load.dumps[r]
@@ -226,6 +245,22 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
             details={"frames": {r: frame}},
         ))
     return findings
+
+
+def _host_subject(ctx: Context, hosts: dict[str, list[int]], victims: list[int]) -> str:
+    """``hostB: ranks 2-3 gone at 12:03:10, no dump here (...)``: every rank of a host
+    left no dump. The time is when the first victim's work failed (its dump, written on
+    the failure, on rank 0's clock); without victims it is not known."""
+    times = [t for v in victims
+             if (t := ctx.load.dumps[v].dump_time_ns if v in ctx.load.dumps else None)]
+    at = f" at {time.strftime('%H:%M:%S', time.localtime(min(times) / 1e9))}" if times else ""
+    names = list(hosts)
+    folder = ctx.hosts.dump_dir([r for ranks in hosts.values() for r in ranks])
+    which = names[0] if len(names) == 1 else "those hosts"
+    where = (f"; if {which} is still up, look for them in "
+             f"{names[0] + ':' if len(names) == 1 else ''}{folder}/" if folder else "")
+    return (f"{hosts_phrase(hosts)} gone{at}, no dump (every rank of {which}: the processes "
+            f"or the host died{where})")
 
 
 def _fatal_frame(ctx: Context, rank: int) -> tuple[str, str, int] | None:

@@ -71,6 +71,7 @@ from commscope.analyze.diagnose.skips import find_skip, skip_finding
 from commscope.analyze.diagnose.timing import (
     ON_DEMAND_STALL_S,
     caught_running,
+    pending_age_ns,
     stale_dumps,
     stalled_findings,
     straggler_findings,
@@ -84,7 +85,7 @@ from commscope.analyze.diagnose.wording import (
     wait_verb,
 )
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
-from commscope.analyze.text import frame_text, plural, ranks_phrase
+from commscope.analyze.text import frame_text, ms, plural, ranks_phrase
 
 __all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error"]
 
@@ -271,8 +272,11 @@ def _unmatched_finding(ctx: Context, graph: WaitGraph, q: int,
 # ---------------------------------------------------------------------- coverage
 
 
-def _uncovered_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
-    """Step 9: unfinished work that no blocking finding names."""
+def _uncovered_findings(ctx: Context, findings: list[Finding],
+                        stall_s: float = ON_DEMAND_STALL_S) -> list[Finding]:
+    """Step 9: unfinished work that no blocking finding names. When other members
+    finished the op, a rank still in it was caught finishing it, unless it had been in
+    it longer than ``stall_s`` (its own clock): then it is stuck there."""
     covered: set[int] = set()
     for f in findings:
         if f.blocking:
@@ -300,7 +304,8 @@ def _uncovered_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
         verb = "was" if len(ranks) == 1 else "were"
         reasons = sorted({ctx.load.dumps[r].dump_reason or "?" for r in ranks})
         done_by = _finished_elsewhere(ctx, group, seq, ranks)
-        if done_by:
+        age = max((pending_age_ns(ctx, r) or 0 for r in ranks), default=0)
+        if done_by and age < stall_s * 1e9:
             out.append(Finding(
                 kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
                 op=record_op(ctx, r0, group, seq) if seq >= 0 else None,
@@ -316,11 +321,14 @@ def _uncovered_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
             kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
             op=record_op(ctx, r0, group, seq) if seq >= 0 else (what.split()[0]),
             culprit_ranks=[], waiting_ranks=ranks, blocking=True,
-            message=(f"{ranks_phrase(ranks).capitalize()} {verb} still inside {what} when "
+            message=(f"{ranks_phrase(ranks).capitalize()} {verb} still inside {what}"
+                     f"{f' for {ms(age)}' if age else ''} when "
                      f"{'it' if len(ranks) == 1 else 'they'} dumped (reason: "
-                     f"{', '.join(reasons)}), at {frame_text(frame)}, and no other rank's "
-                     "records explain the wait: the transport is slow or stuck, or the "
-                     "dump was taken while the op was finishing."),
+                     f"{', '.join(reasons)}), at {frame_text(frame)}"
+                     + (f", though {ranks_phrase(done_by)} finished it long before: stuck "
+                        "there, not finishing." if done_by else
+                        ", and no other rank's records explain the wait: the transport is "
+                        "slow or stuck, or the dump was taken while the op was finishing.")),
         ))
     return out
 
@@ -435,7 +443,7 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0,
     findings += _p2p_findings(ctx, graph, explained)
     if not any(f.blocking for f in findings):
         findings += stalled_findings(ctx)
-    findings += _uncovered_findings(ctx, findings)
+    findings += _uncovered_findings(ctx, findings, stall_s)
     findings += _unreadable_findings(ctx)
     findings += _truncated_findings(ctx)
     if straggler_ms != float("inf"):

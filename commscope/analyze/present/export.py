@@ -3,8 +3,11 @@
 Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev and
 ``chrome://tracing`` open:
 
-1. One process (``pid`` = rank) per rank, named by a ``process_name`` metadata event;
-   one thread (``tid``) per group, named ``group <name> (<desc>)``.
+1. One process (``pid`` = rank) per rank, named by a ``process_name`` metadata event
+   with its host and pid where known (``rank 3 (hostB, pid 4242)``), a host's ranks
+   side by side (``process_sort_index``: hosts in order of their first rank, then
+   rank; ``otherData.hosts``: host → its ranks); one thread (``tid``) per group, named
+   ``group <name> (<desc>)``.
 2. One complete event (``ph: "X"``, microseconds from the oldest record) per recorded
    collective. It ends at the recorded completion (``time_discovered_completed_ns`` or
    ``duration_ms``: ``RankDump.ends`` when loaded with ``end_times=True``, else read
@@ -23,7 +26,9 @@ Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev 
 5. Large jobs are capped: ranks named by findings first, then the lowest, up to
    ``max_ranks``; the newest ``max_per_track`` records per track.
 
-HTML (:func:`html_report`): one self-contained file, the data embedded in a
+HTML (:func:`html_report`): one self-contained file (its hosts:
+:func:`~commscope.analyze.present.byhost.host_section`;
+rank lists with their hosts when the job spans hosts), the data embedded in a
 ``<script type="application/json">`` block (Chromium refuses ``fetch()`` of a
 neighbouring ``file://``), our own CSS and JS from ``commscope/viewer/report.*``,
 nothing fetched from the network.
@@ -43,6 +48,7 @@ from typing import Any
 from commscope.analyze.align.match import p2p_channels
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
+from commscope.analyze.present.byhost import HostView, host_section, ranks_with_hosts
 from commscope.analyze.present.report import p2p_stops
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.text import rank_list
@@ -220,14 +226,20 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
         return text
 
     source = FrameSource(a.load)
+    view = HostView.of(a.hosts)
+    # a host's ranks side by side (hosts in order of their first rank), whatever the
+    # launcher's placement (Slurm's cyclic distribution interleaves them)
+    hosts_order = {h: i for i, h in enumerate(view.by_host)}
+    order = sorted(ranks, key=lambda r: (hosts_order.get(view.host_of.get(r, ""), -1), r))
+    sort_index = {r: i for i, r in enumerate(order)}
     for r in ranks:
         d = a.load.dumps[r]
         end_of = _end_lookup(d, source)
-        host = f" ({d.hostname})" if d.hostname else ""
+        label = view.label(r) or _dump_label(d)
         events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
-                       "args": {"name": f"rank {r}{host}"}})
+                       "args": {"name": f"rank {r} ({label})" if label else f"rank {r}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
-                       "args": {"sort_index": r}})
+                       "args": {"sort_index": sort_index[r]}})
         for key in sorted(d.tracks):
             t = d.tracks[key]
             g = a.groups.get(key)
@@ -296,12 +308,18 @@ def perfetto_trace(a: Analysis, *, max_ranks: int = 128, max_per_track: int = 10
                            "name": name, "cat": "match", "bp": "e"})
             events.append({"ph": "f", "id": flow_id, "pid": rb, "tid": tid, "ts": tb,
                            "name": name, "cat": "match", "bp": "e"})
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"format": "commscope.analysis/2", "verdict": a.verdict,
-                      "root_cause": a.findings[0].message if a.findings else ""},
-    }
+    other: dict[str, Any] = {"format": "commscope.analysis/2", "verdict": a.verdict,
+                             "root_cause": a.findings[0].message if a.findings else ""}
+    if view.by_host:
+        other["hosts"] = {h: rank_list(rs, 64) for h, rs in view.by_host.items()}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _dump_label(d: RankDump) -> str:
+    """``node0, pid 1003`` from a dump's own ``hostname``/``pid`` (no place known)."""
+    if not d.hostname:
+        return ""
+    return d.hostname + (f", pid {d.pid}" if d.pid is not None else "")
 
 
 def _p2p_tracks(dumps: list[RankDump], n_collective: int) -> dict[str, int]:
@@ -328,11 +346,13 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
     """Compact timeline for the HTML drawing: newest records of the most relevant ranks."""
     t0, horizon = _horizon(a)
     stuck = _stuck_keys(a)
-    lanes = []
+    lanes: list[dict[str, Any]] = []
     source = FrameSource(a.load)
+    view = HostView.of(a.hosts)
     for r in _chosen_ranks(a, max_ranks):
         d = a.load.dumps[r]
         end_of = _end_lookup(d, source)
+        first = len(lanes)
         for key in sorted(d.tracks):
             t = d.tracks[key]
             items = []
@@ -354,11 +374,15 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
                 g = a.groups.get(key)
                 lanes.append({"rank": r, "group": f"p2p {g.display if g else key}",
                               "items": items})
+        if view.several and r in view.host_of:
+            for lane in lanes[first:]:
+                lane["host"] = view.host_of[r]
     return {"span_us": round((horizon - t0) / 1e3, 1), "lanes": lanes}
 
 
 def _group_table(a: Analysis) -> list[dict[str, Any]]:
     rows = []
+    view = HostView.of(a.hosts)
     for key in sorted(a.views, key=lambda k: (len(k), k))[:500]:
         v = a.views[key]
         spans = list(v.spans.values())
@@ -371,8 +395,8 @@ def _group_table(a: Analysis) -> list[dict[str, Any]]:
                          if spans and max(hi for _, hi in spans) > 0 else ""),
             "compared": v.checked, "mismatches": len(v.mismatches) + v.more_mismatches,
             "frontier": (f"#{f.seq}: waiting {rank_list(f.waiting, 4)}, never came "
-                         f"{rank_list(f.lack, 4)}" if f else ""),
-            "nodump": rank_list(v.nodump, 6) if v.nodump else "",
+                         f"{ranks_with_hosts(f.lack, view, 4)}" if f else ""),
+            "nodump": ranks_with_hosts(v.nodump, view, 6) if v.nodump else "",
             "p2p": p2p_stops(a, key),
         })
     return rows
@@ -384,8 +408,17 @@ def _asset(name: str) -> str:
 
 def html_report(a: Analysis, title: str | None = None) -> str:
     """The analysis as one self-contained HTML page (see module doc)."""
+    doc = a.to_json()
+    view = HostView.of(a.hosts)
     data = {
-        "analysis": a.to_json(),
+        "analysis": doc,
+        "hosts": host_section(a, doc["hosts"], doc["exclude_hosts"]),
+        # ranks with their hosts, per finding, when the job spans hosts
+        "finding_ranks": [{
+            "culprits": ranks_with_hosts(f.culprit_ranks, view),
+            "waiting": ranks_with_hosts(f.waiting_ranks, view),
+            "victims": ranks_with_hosts(f.victims, view),
+        } for f in a.findings] if view.several else None,
         "kinds": [f.kind for f in a.findings],
         "blocking": [f.blocking for f in a.findings],
         # hash-named groups (member-only creation) shown by their short name

@@ -8,6 +8,7 @@ from collections import Counter
 
 from commscope.analyze.analysis import Analysis
 from commscope.analyze.model import COMPLETED, RETIRED
+from commscope.analyze.present.byhost import HostView, host_lines, ranks_with_hosts
 from commscope.analyze.read.load import LATER_DIR
 from commscope.analyze.text import rank_list
 
@@ -96,6 +97,7 @@ def _group_rows(a: Analysis, all_groups: bool = False) -> list[str]:
     header = ("group", "desc", "ranks", "recorded", "compared", "mismatches", "stops at")
     rows = [header]
     creating = _creating(a)
+    view = HostView.of(a.hosts)
     keys = sorted(a.views, key=lambda k: (len(k), k))
     folded = [] if all_groups else [k for k in keys if _idle_single(a, k)]
     shown = [k for k in keys if k not in set(folded)]
@@ -109,11 +111,14 @@ def _group_rows(a: Analysis, all_groups: bool = False) -> list[str]:
         stops = []
         if v.frontier is not None:
             f = v.frontier
-            waits = f"{rank_list(f.waiting, 4)} wait" if f.waiting else "none waiting"
-            stops.append(f"#{f.seq}: {waits}; {rank_list(f.lack, 4)} never came"
+            waiting = rank_list(f.waiting, 4)
+            if "..." in waiting:  # cut: their hosts may say it whole (local rank 1 of ...)
+                waiting = ranks_with_hosts(f.waiting, view, 4, compact_only=True)
+            waits = f"{waiting} wait" if f.waiting else "none waiting"
+            stops.append(f"#{f.seq}: {waits}; {ranks_with_hosts(f.lack, view, 4)} never came"
                          + _creation_note(a, list(f.lack), creating))
         if v.nodump:
-            stops.append(f"no dump: {rank_list(v.nodump, 4)}")
+            stops.append(f"no dump: {ranks_with_hosts(v.nodump, view, 4)}")
         p2p_waits = p2p_stops(a, key)
         if p2p_waits:
             stops.append(p2p_waits)
@@ -205,6 +210,10 @@ def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = 
     lines.append(f"ranks: expected {rank_list(a.expected)}; loaded {rank_list(a.loaded)}; "
                  f"missing {rank_list(a.missing)}")
     lines += _host_rows(a)
+    by_host = host_lines(a)
+    if by_host:
+        lines.append("by host:")
+        lines += [line for text in by_host for line in _wrap(text, "  ", "    ")]
     if a.views or any(not c.done for d in a.load.dumps.values() for c in d.creations):
         lines.append("groups:")
         lines += _group_rows(a, all_groups)

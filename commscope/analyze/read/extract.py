@@ -66,7 +66,6 @@ from commscope.analyze.read.records import (
 )
 from commscope.analyze.read.records import end_times as record_end_times
 from commscope.analyze.read.signature import coalesced_key, decode_sig, match_key, sig_key
-from commscope.hosttable import decode_table
 
 __all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
 
@@ -170,15 +169,13 @@ def _place(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
     elif dump.hostname:
         dump.place = RankPlace(host=dump.hostname[:255], pid=dump.pid)
     table = data.get("commscope_hosts")
-    if table is not None:
-        decoded = decode_table(table)
-        if decoded is None:
-            problems.append("commscope_hosts is not a host table, ignored")
-        else:
-            dump.host_table = {
-                rank: RankPlace(host=host[:255], pid=pid, dump_dir=where[:4096] or None,
-                                node_rank=node)
-                for rank, (host, where, pid, node) in decoded.items()}
+    if table is not None and not isinstance(table, dict):
+        problems.append(f"commscope_hosts is {short(table)}, ignored")
+    elif table is not None and (dump.place is None or dump.place.local_rank in (None, 0)
+                                or dump.rank == 0):
+        # every rank carries the same table: one per host is kept (a folder of one host
+        # holds its first rank's), decoded once for the whole job by HostMap
+        dump.host_table = table
 
 
 def _creations(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
@@ -347,6 +344,12 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         counted.clear()
         cols, kept = slow_columns(entries, counted)
         _build(dump, cols, problems, entries)
+    if entries and dump.n_entries == 0 and not in_handler:
+        # a file that reads but none of whose records does: not the rank's history (an
+        # empty one would make it a culprit of every collective), an unusable dump
+        detail = "; ".join(f"{n} {text}" for text, n in sorted(counted.items())[:2])
+        raise DumpError(f"unusable: none of its {len(entries)} records is valid "
+                        f"({detail or 'all dropped'})")
     if "commscope_p2p_channels" in data:
         _p2p_channels(data, dump, entries, problems)
     if positions is not None:  # indices must point into the file's own list
@@ -357,8 +360,50 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         dump.ends = record_end_times(cols, entries, kept)
     if kept is not None:
         _renumber(dump, kept)
+    _align_clock(data, dump, problems)
     dump.problems = problems
     return dump
+
+
+_CLOCK_NOISE_NS = 1_000_000
+"""Offsets within this (or within their own uncertainty) are left as they are."""
+
+
+def _align_clock(data: dict[str, Any], dump: RankDump, problems: list[str]) -> None:
+    """Move every time of the dump onto rank 0's clock (``commscope_clock``: the rank's
+    measured offset), so times compared across ranks of different hosts mean the same
+    instant. An offset within the measurement's noise is left alone (one host)."""
+    clock = data.get("commscope_clock")
+    if clock is None:
+        return
+    off = clock.get("offset_ns") if isinstance(clock, dict) else None
+    unc = clock.get("uncertainty_ns") if isinstance(clock, dict) else None
+    if type(off) is not int or type(unc) is not int or not (abs(off) < 2**62 and unc >= 0):
+        problems.append(f"commscope_clock is {short(clock)}, ignored")
+        return
+    dump.clock_offset_ns, dump.clock_uncertainty_ns = off, unc
+    if abs(off) <= max(unc, _CLOCK_NOISE_NS):
+        return
+    import numpy as np
+
+    def shifted(col: array) -> array:
+        values = np.frombuffer(col, dtype=np.int64)
+        moved = np.where(values > 0, values - off, values)
+        return array("q", moved.tobytes())
+
+    for t in dump.tracks.values():
+        t.created = shifted(t.created)
+    if dump.ends is not None:
+        dump.ends = shifted(dump.ends)
+    for op in dump.p2p:
+        if op.created > 0:
+            op.created -= off
+    for name in ("dump_time_ns", "first_created_ns", "last_created_ns"):
+        value = getattr(dump, name)
+        if value:
+            setattr(dump, name, value - off)
+    dump.creations = [replace(c, started_ns=c.started_ns - off) if c.started_ns else c
+                      for c in dump.creations]
 
 
 def _p2p_channels(data: dict[str, Any], dump: RankDump, entries: list[Any],

@@ -99,8 +99,9 @@ def split_jobs(dumps: list[RankDump],
         loose = [d for d in loose if d is not newest_loose]
     world = _world(job[0]) if job else None
     start = _started(job)
+    in_job = {id(d) for d in job}  # identity: comparing whole dumps is quadratic
     for d in loose:
-        if d in job:
+        if id(d) in in_job:
             continue
         w = _world(d)
         if world is not None and w is not None and w != world:

@@ -115,6 +115,8 @@ def build_dump(
         out["commscope_job"] = dict(rec.job)
     if rec.place is not None:
         out["commscope_place"] = dict(rec.place)
+    if rec.clock is not None:
+        out["commscope_clock"] = rec.clock.to_dict()
     table = rec.hosts.table if rec.hosts is not None else None
     if table is not None:
         out["commscope_hosts"] = table

@@ -22,11 +22,28 @@ watch file; without one the token is empty):
   they change (they are big at scale and rarely change);
 * ``commscope_watch/<id>/dump``: a counter ``commscope dump`` bumps to ask every rank for
   its flight-recorder dump (each rank looks at it when it publishes);
+* ``commscope_watch/<id>/dump_proof/<n>``: the proof that request ``n`` comes from
+  someone who holds the token, :func:`dump_proof` (hex HMAC-SHA256, keyed with the
+  token, of ``"commscope dump|<id>|<n>"``), written right after the counter was bumped
+  to ``n``. A rank dumps only for a request whose proof holds (checked with
+  ``hmac.compare_digest``); anything else is ignored and logged once per process
+  (:mod:`commscope.flight.out.requests`). Dumps on request are rate-limited: at most one
+  every :data:`DUMP_REQUEST_EVERY_S` per rank; requests inside that time are answered
+  together by one dump when it has passed;
 * ``commscope_watch/<id>/dumped/<r>``: where rank ``r`` wrote its newest dump, rewritten
   after each one: ``{"host", "path", "reason", "count", "bytes", "time_ns"}``
   (``count`` counts the rank's dumps, ``bytes`` is the file's size), so
   ``commscope dump`` and a job's log can list every dump of every host as
   ``host:path`` without reading another host's disk.
+
+The ranks' own requests (a rank that timed out asks every other rank to dump) travel
+through ``commscope_flight/dump_request_count`` and ``commscope_flight/dump_request/<n>``
+= ``"<rank>|<reason>|<proof>"``, the proof keyed with the rank's request secret
+(:mod:`commscope.flight.out.watchdog`).
+
+Whoever reaches the store can list and read every key above (torch's store has no
+authentication; docs/watch.md, "Security", lists what a record holds); the token itself
+is never written here, only its :func:`token_id`, and without it no request counts.
 
 A progress record is a dump in miniature, read by the analyzer like a file once
 :func:`as_dump` has expanded it: the rank, the time, per group the last enqueued and
@@ -40,6 +57,7 @@ thread's current stack (``commscope_threads``), and the step the user marked
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -55,6 +73,11 @@ __all__ = [
     "rank_key",
     "config_key",
     "dump_key",
+    "dump_proof_key",
+    "dump_proof",
+    "proof",
+    "is_proof",
+    "DUMP_REQUEST_EVERY_S",
     "dumped_key",
     "decode_dumped",
     "beat_key",
@@ -129,6 +152,34 @@ def config_key(tid: str, rank: int) -> str:
 def dump_key(tid: str) -> str:
     """The counter ``commscope dump`` bumps to ask every rank to dump."""
     return f"{ROOT}/{tid}/dump"
+
+
+def dump_proof_key(tid: str, n: int) -> str:
+    """Where the proof of ``commscope dump``'s request number ``n`` is written."""
+    return f"{ROOT}/{tid}/dump_proof/{n}"
+
+
+DUMP_REQUEST_EVERY_S = 5.0
+"""A rank writes at most one dump on ``commscope dump``'s request in this many seconds;
+the requests inside that time are answered together by one dump once it has passed."""
+
+
+def proof(secret: str, *parts: object) -> str:
+    """The proof that whoever wrote ``parts`` holds ``secret``: hex HMAC-SHA256, keyed
+    with ``secret``, of the parts joined by ``|``."""
+    message = "|".join(str(p) for p in parts).encode("utf-8")
+    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def is_proof(value: bytes | str, expected: str) -> bool:
+    """Whether a value read from the store is the ``expected`` proof (constant time)."""
+    given = value.encode("utf-8", "replace") if isinstance(value, str) else bytes(value)
+    return hmac.compare_digest(given.strip(), expected.encode("ascii"))
+
+
+def dump_proof(token: str, tid: str, n: int) -> str:
+    """The proof ``commscope dump`` writes beside its request number ``n``."""
+    return proof(token, "commscope dump", tid, n)
 
 
 def dumped_key(tid: str, rank: int) -> str:

@@ -13,6 +13,12 @@ Rank 0 also writes the job's description, and the first rank of every host write
 host's watch file (``COMMSCOPE_WATCH_FILE``, which ``commscope run`` sets, else
 ``watch.json`` beside the dumps) with the store's address and the token, readable by the
 owner only, so ``commscope watch`` and ``commscope dump`` attach from any host.
+
+On each round it also looks at ``commscope dump``'s request counter: a request counts
+only with its proof (an HMAC keyed with the token, :mod:`commscope.flight.out.requests`),
+and the rank dumps on request at most once every
+:data:`~commscope.flight.out.progress.DUMP_REQUEST_EVERY_S`. What a record holds is
+readable by whoever reaches the store (docs/watch.md, "Security").
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from commscope.flight.out import progress
 from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
+from commscope.flight.out.requests import ProvenRequests, RateLimit
 from commscope.flight.out.threads import walk_stack
 from commscope.flight.record.entry import COMPLETED, frame_dicts
 from commscope.flight.record.recorder import Recorder
@@ -147,7 +154,10 @@ class Publisher:
         self._last = -1e9
         self._count = 0
         self._config_sig: Any = None
-        self._dumps_seen: int | None = None
+        self._requests: ProvenRequests | None = None
+        """``commscope dump``'s requests (under this token) read so far."""
+        self._requests_key = ""
+        self._dump_limit = RateLimit(1, progress.DUMP_REQUEST_EVERY_S)
         self.dump_requested = False
         self.errors = 0
         self.busy_s = 0.0
@@ -252,10 +262,25 @@ class Publisher:
     def _look_for_dump_request(self, store: Any) -> None:
         key = progress.dump_key(self.tid)
         n = int(store.add(key, 0)) if store.check([key]) else 0
-        if self._dumps_seen is None:
-            self._dumps_seen = n  # requests made before this rank started are old news
-        elif n > self._dumps_seen:
-            self._dumps_seen = n
+        requests = self._requests
+        if requests is None or self._requests_key != key:
+            # requests made before this rank started (or under another token) are old news
+            self._requests = ProvenRequests("`commscope dump` request", seen=n)
+            self._requests_key = key
+            return
+        tid, token = self.tid, self.token
+
+        def read(i: int) -> bytes | None:
+            proof_key = progress.dump_proof_key(tid, i)
+            return bytes(store.get(proof_key)) if store.check([proof_key]) else None
+
+        def proven(i: int, raw: bytes) -> bool | None:
+            return progress.is_proof(raw, progress.dump_proof(token, tid, i)) or None
+
+        def named(i: int) -> str:
+            return f"{progress.dump_proof_key(tid, i)} (request {i})"
+
+        if requests.look(n, read, proven, named):
             self.dump_requested = True
 
     def note_dump(self, path: str, reason: str, count: int) -> None:
@@ -282,10 +307,16 @@ class Publisher:
         except Exception as exc:
             logger.debug("commscope watch: could not note the dump: %r", exc)
 
-    def take_dump_request(self) -> bool:
-        """Whether ``commscope dump`` asked for a dump since the last call."""
-        wanted, self.dump_requested = self.dump_requested, False
-        return wanted
+    def take_dump_request(self, now: float | None = None) -> bool:
+        """Whether to dump now for ``commscope dump`` (a proven request came since the
+        last dump on request): at most once every
+        :data:`~commscope.flight.out.progress.DUMP_REQUEST_EVERY_S`; a request inside that
+        time waits for it to pass, and every request that came meanwhile is answered by
+        that one dump."""
+        if not self.dump_requested or not self._dump_limit.allow(now):
+            return False
+        self.dump_requested = False
+        return True
 
     def _publish_config(self, store: Any) -> None:
         groups = list(self.rec.groups)
@@ -371,6 +402,7 @@ class Publisher:
             "commscope_threads": [{"name": "MainThread", "main": True,
                                    "frames": walk_stack(frame, _MAIN_FRAMES)}],
             "commscope_step": _step["value"],
+            "commscope_clock": rec.clock.to_dict() if rec.clock is not None else None,
             # the groups being created now (a member that never comes blocks them)
             "commscope_group_creations": [
                 c.to_dict(cache) for c in rec.creations.pending()[:_MAX_UNFINISHED]],

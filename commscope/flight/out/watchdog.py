@@ -10,7 +10,13 @@ The watchdog wakes every ``poll_interval_s`` (0.5 s by default) and
    ``"collective error"``) and posts a dump request, as for a timeout;
 4. reads the store: a request posted by any rank makes this rank dump too
    (``"request from rank R"``) — within one poll interval, so well under 2 s —
-   unless it dumped in the last 5 s itself (two ranks timing out together).
+   unless it dumped in the last 5 s itself (two ranks timing out together). A request
+   counts only with its proof (HMAC-SHA256 keyed with the rank's request secret, over
+   the request's number, rank and reason: :func:`request_proof`); anything else in
+   those keys, written by whoever reaches the store, is ignored and logged once
+   (:mod:`commscope.flight.out.requests`). At most :data:`INCIDENT_DUMPS` dumps on other
+   ranks' requests every :data:`INCIDENT_DUMPS_PER_S` seconds; the ones beyond are
+   skipped (logged once).
 
 A gloo or NCCL wait releases the GIL, so the watchdog runs while the main thread is
 stuck. Signals: SIGTERM and SIGUSR1 get a Python handler that dumps and then hands
@@ -38,13 +44,21 @@ import time
 from types import FrameType
 from typing import Any
 
-from commscope.flight.out import fatal
-from commscope.flight.out.dump import Dumper
+from commscope.flight.out import fatal, progress
+from commscope.flight.out.dump import Dumper, incident_reason
 from commscope.flight.out.handlers import chain_handler
 from commscope.flight.out.publish import Publisher, root_store
+from commscope.flight.out.requests import ProvenRequests, RateLimit, warn_once
+from commscope.flight.record.clock import (
+    REMEASURE_S,
+    clock_namespace,
+    measure_offset,
+    root_client,
+)
 from commscope.flight.record.recorder import Recorder
 
-__all__ = ["Watchdog", "REQUEST_COUNT_KEY", "request_key"]
+__all__ = ["Watchdog", "REQUEST_COUNT_KEY", "request_key", "request_value", "request_proof",
+           "INCIDENT_DUMPS", "INCIDENT_DUMPS_PER_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +67,25 @@ _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _SIGNAL_DEDUP_S = 2.0
 _ERROR_DUMP_INTERVAL_S = 10.0
 _REQUEST_GRACE_S = 5.0
+INCIDENT_DUMPS = 3
+"""Dumps a rank writes on other ranks' requests, at most, in :data:`INCIDENT_DUMPS_PER_S`."""
+INCIDENT_DUMPS_PER_S = 60.0
 
 
 def request_key(n: int) -> str:
-    """The store key holding dump request number ``n`` (``"<rank>|<reason>"``)."""
+    """The store key holding dump request number ``n`` (:func:`request_value`)."""
     return f"commscope_flight/dump_request/{n}"
+
+
+def request_proof(secret: str, n: int, rank: int | str, reason: str) -> str:
+    """The proof of request number ``n``: hex HMAC-SHA256, keyed with ``secret``, of
+    ``"commscope request|<n>|<rank>|<reason>"``."""
+    return progress.proof(secret, "commscope request", n, rank, reason)
+
+
+def request_value(secret: str, n: int, rank: int, reason: str) -> str:
+    """What request number ``n`` holds: ``"<rank>|<reason>|<proof>"``."""
+    return f"{rank}|{reason}|{request_proof(secret, n, rank, reason)}"
 
 
 def _private_store(store: Any) -> Any:
@@ -86,7 +114,8 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._store: Any = None
         self._store_source: Any = None
-        self._seen_requests = 0
+        self._requests = ProvenRequests("dump request of another rank")
+        self._incident_limit = RateLimit(INCIDENT_DUMPS, INCIDENT_DUMPS_PER_S)
         self._reported: set[int] = set()
         self._errors_seen = 0
         self._last_dump = -1e9
@@ -103,6 +132,9 @@ class Watchdog:
         self._signal_lock = threading.Lock()
         self._prev_excepthook: Any = None
         self._prev_thread_excepthook: Any = None
+        self._next_clock = 0.0
+        self._clock_store: Any = None
+        self._clock_tries = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,6 +226,7 @@ class Watchdog:
         self._check_requests()
         if rec.hosts is not None and not rec.hosts.done:
             rec.hosts.tick(self._get_store())
+        self._clock_tick()
         if self.publisher is not None:
             self.publisher.tick()
             if self.publisher.take_dump_request():
@@ -201,7 +234,8 @@ class Watchdog:
 
     def _safe_dump(self, reason: str, exception: BaseException | None = None,
                    fatal: bool = False) -> str | None:
-        self._last_dump = time.monotonic()
+        if incident_reason(reason):  # a dump on demand does not answer an incident
+            self._last_dump = time.monotonic()
         try:
             path = self.dumper.dump(reason, exception=exception, fatal=fatal)
             logger.warning("commscope flight: wrote %s:%s (%s)", socket.gethostname(), path,
@@ -219,6 +253,26 @@ class Watchdog:
 
     # ------------------------------------------------------------------ store
 
+    def _clock_tick(self) -> None:
+        """Measure this clock's offset to rank 0's when due (at start, then every
+        ``REMEASURE_S``; while rank 0 does not answer yet, every second, after 30 tries
+        every 10 s)."""
+        rec = self.rec
+        now = time.monotonic()
+        if (rec.global_rank <= 0 or rec.store is None or rec.watch_token is None
+                or now < self._next_clock):
+            return
+        if self._clock_store is None:
+            self._clock_store = root_client(rec.store)
+        offset = measure_offset(self._clock_store, clock_namespace(rec.watch_token or ""))
+        if offset is not None:
+            rec.clock = offset
+        if offset is not None:
+            self._next_clock = now + REMEASURE_S
+        else:  # rank 0 not answering yet: look again soon, then less often
+            self._clock_tries += 1
+            self._next_clock = now + (1.0 if self._clock_tries < 30 else 10.0)
+
     def _get_store(self) -> Any:
         source = self.rec.store
         if source is None:
@@ -230,39 +284,59 @@ class Watchdog:
 
     def _post_request(self, reason: str) -> None:
         store = self._get_store()
-        if store is None:
+        secret = self.rec.request_secret
+        if store is None or secret is None:
             return
         try:
             n = int(store.add(REQUEST_COUNT_KEY, 1))
-            store.set(request_key(n), f"{self.rec.global_rank}|{reason}")
-            self._seen_requests = max(self._seen_requests, n)
+            store.set(request_key(n), request_value(secret, n, self.rec.global_rank, reason))
+            self._requests.seen = max(self._requests.seen, n)
         except Exception as exc:
             logger.warning("commscope flight: could not post a dump request: %r", exc)
 
     def _check_requests(self) -> None:
         store = self._get_store()
-        if store is None:
+        secret = self.rec.request_secret
+        if store is None or secret is None:
             return
         try:
             if not store.check([REQUEST_COUNT_KEY]):
                 return
             n = int(store.get(REQUEST_COUNT_KEY))
+            if n <= self._requests.seen:
+                return
+
+            def read(i: int) -> bytes | None:
+                key = request_key(i)
+                return bytes(store.get(key)) if store.check([key]) else None
+
+            requester = self._requests.look(
+                n, read, lambda i, raw: self._requester(secret, i, raw), request_key)
         except Exception:
+            return  # a store that went away: next round
+        if requester is None:
             return
-        if n <= self._seen_requests:
-            return
-        key = request_key(n)
-        try:
-            if not store.check([key]):
-                return  # posted but not filled in yet: next round
-            payload = store.get(key).decode("utf-8", "replace")
-        except Exception:
-            payload = "?|?"
-        self._seen_requests = n
         if time.monotonic() - self._last_dump < _REQUEST_GRACE_S:
             return  # this rank has just dumped (its own timeout): keep that file
-        requester = payload.split("|", 1)[0]
+        if not self._incident_limit.allow():
+            warn_once("incident requests limited",
+                      "commscope flight: skipped a dump asked for by rank %s: this rank "
+                      "dumped %d times on other ranks' requests in the last %g s (the "
+                      "limit); later ones are skipped without a word", requester,
+                      INCIDENT_DUMPS, INCIDENT_DUMPS_PER_S)
+            return
         self._safe_dump(f"request from rank {requester}")
+
+    def _requester(self, secret: str, n: int, raw: bytes) -> int | None:
+        """The rank that posted request ``n`` when its proof holds, else ``None``."""
+        text = raw.decode("utf-8", "replace")
+        head, _, given = text.rpartition("|")
+        rank, _, reason = head.partition("|")
+        if not rank.isdigit() or not 0 <= int(rank) < max(self.rec.world_size, 1):
+            return None
+        if not progress.is_proof(given, request_proof(secret, n, rank, reason)):
+            return None
+        return int(rank)
 
     # ------------------------------------------------------------------ signals
 

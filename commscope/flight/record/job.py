@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 import time
 import uuid
 from typing import Any
 
-__all__ = ["job_identity", "agree_token", "JOB_KEY", "TOKEN_KEY", "TOKEN_HASH_KEY"]
+__all__ = ["job_identity", "agree_token", "request_secret", "JOB_KEY", "TOKEN_KEY",
+           "TOKEN_HASH_KEY", "SECRET_KEY"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,24 +57,32 @@ def _int(text: str | None) -> int | None:
 
 TOKEN_KEY = "commscope/watch_token"
 """Where the ranks of one attempt agree on a token ``commscope run`` drew (see
-:func:`agree_token`)."""
+:func:`agree_token`); deleted once every rank has read it."""
 TOKEN_HASH_KEY = "commscope/watch_token_sha256"
 """Where they compare a token the user set on every host (its hash only)."""
+SECRET_KEY = "commscope/request_secret"
+"""Where the ranks of a job with no watch token agree on the secret that proves their
+dump requests (:func:`request_secret`); deleted once every rank has read it."""
+_READERS = "{key}/readers/{attempt}"
+"""A counter of the ranks of one attempt (torchrun's restart count) that have read
+``key``; the rank that completes it deletes ``key``."""
 _warned_token: list[bool] = []
 
 
-def agree_token(store: Any, token: str, drawn: bool) -> str:
+def agree_token(store: Any, token: str, drawn: bool, world_size: int = 0) -> str:
     """The watch token every rank of this job uses, whichever host it runs on.
 
     ``drawn``: each host's ``commscope run`` drew the token at random
     (``COMMSCOPE_WATCH_TOKEN_DRAWN=1``). Then the first rank to ask the job's store
     offers its own (``compare_set``) and every rank adopts that one, so all ranks publish
-    under one key namespace and every host's watch file opens the whole job; the agreed
-    token is then readable by whoever reaches the store (docs/hosts.md). A token the user
-    or the scheduler set on every host (``drawn`` false) never enters the store: the
-    ranks compare its SHA-256 only, and a rank whose token differs from the first one's
-    says so once (its host's watch file would open nothing). Where the store cannot
-    agree (no ``compare_set``), the rank keeps its own. The token is never logged.
+    under one key namespace and every host's watch file opens the whole job. The agreed
+    token is readable in the store (:data:`TOKEN_KEY`) by whoever reaches it until every
+    one of the ``world_size`` ranks has read it: the last one deletes it
+    (:func:`_forget_when_all_read`). A token the user or the scheduler set on every host
+    (``drawn`` false) never enters the store: the ranks compare its SHA-256 only, and a
+    rank whose token differs from the first one's says so once (its host's watch file
+    would open nothing). Where the store cannot agree (no ``compare_set``), the rank
+    keeps its own. The token is never logged.
     """
     if store is None or not token:
         return token
@@ -84,6 +94,8 @@ def agree_token(store: Any, token: str, drawn: bool) -> str:
         return token
     text = agreed.decode("utf-8", "replace") if isinstance(agreed, bytes) else str(agreed)
     if drawn:
+        if text:
+            _forget_when_all_read(store, TOKEN_KEY, world_size)
         return text or token
     if text and text != offer and not _warned_token:
         _warned_token.append(True)
@@ -92,3 +104,39 @@ def agree_token(store: Any, token: str, drawn: bool) -> str:
                        "host's watch file will not see the job; set the same token on every "
                        "host, or unset it and let `commscope run` agree on one")
     return token
+
+
+def request_secret(store: Any, token: str, world_size: int = 0) -> str:
+    """The secret this rank proves its dump requests with, and checks the other ranks'
+    against (:mod:`commscope.flight.out.watchdog`): the job's watch token when it has one
+    (``commscope run`` always does); otherwise (``flight.enable()`` in a job started some
+    other way, ``COMMSCOPE_WATCH_TOKEN`` unset) a random one the ranks agree on through
+    the store as on a drawn token, and forget there the same way. ``""`` where the store
+    cannot agree (then requests prove nothing). Never logged, never dumped."""
+    if token or store is None:
+        return token
+    try:
+        agreed = store.compare_set(SECRET_KEY, "", secrets.token_hex(16))
+    except Exception as exc:  # a store without compare_set (fake, custom)
+        logger.debug("commscope flight: no agreed request secret from the store: %r", exc)
+        return ""
+    text = agreed.decode("utf-8", "replace") if isinstance(agreed, bytes) else str(agreed)
+    if text:
+        _forget_when_all_read(store, SECRET_KEY, world_size)
+    return text
+
+
+def _forget_when_all_read(store: Any, key: str, world_size: int) -> None:
+    """Count this rank as one that has read ``key``; the rank that makes the count a
+    multiple of ``world_size`` deletes ``key`` (every rank of the attempt has it now; a
+    later default group in the same store agrees anew). The count is kept per attempt
+    (``TORCHELASTIC_RESTART_COUNT``): torchrun keeps one store across restarts, and a
+    rank of an attempt that died before all had read must not count towards the next."""
+    if world_size <= 0:
+        return
+    readers = _READERS.format(key=key, attempt=os.environ.get("TORCHELASTIC_RESTART_COUNT", ""))
+    try:
+        if int(store.add(readers, 1)) % world_size == 0:
+            store.delete_key(key)
+    except Exception as exc:  # a store without delete_key: the key stays
+        logger.debug("commscope flight: could not forget %s in the store: %r", key, exc)

@@ -131,10 +131,17 @@ class Recorder:
         self.watch_token: str | None = None
         """The job's watch token, agreed by every host once the default group exists
         (:func:`.job.agree_token`); ``None`` before."""
+        self.request_secret: str | None = None
+        """What this rank's dump requests through the store are proven with, agreed at
+        the same time (:func:`.job.request_secret`); never logged or dumped."""
         self.place: dict[str, Any] | None = None
         """Where this rank runs (:func:`.placement.this_place`), once it has a rank."""
         self.hosts: Any = None
         """This rank's :class:`.placement.HostTableGatherer` (the job's host table)."""
+        self.clock: Any = None
+        """This clock's :class:`.clock.ClockOffset` to rank 0's, once measured."""
+        self.clock_service: Any = None
+        """Rank 0's :class:`.clock.ClockService` (answers the others' clock asks)."""
         self.failed_collectives = 0
         """How many works completed with an error (the watchdog dumps on a new one)."""
         self._timing = config.timing

@@ -41,8 +41,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commscope.compat import backend_name, has
+from commscope.flight.record.clock import start_clock_service
 from commscope.flight.record.creations import Creation
-from commscope.flight.record.job import agree_token, job_identity
+from commscope.flight.record.job import agree_token, job_identity, request_secret
 from commscope.flight.record.placement import HostTableGatherer, this_place
 from commscope.flight.record.recorder import SLOT, Recorder
 from commscope.flight.record.stack import capture_to_user
@@ -194,12 +195,16 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
 
 def _place_rank(rec: Recorder) -> None:
     """Once the default group exists: the job's one watch token (every host's ranks
-    publish under it), this rank's place and the gathering of the job's host table."""
+    publish under it) and the secret its dump requests are proven with, this rank's
+    place and the gathering of the job's host table."""
     token = os.environ.get("COMMSCOPE_WATCH_TOKEN", "")
     drawn = os.environ.get("COMMSCOPE_WATCH_TOKEN_DRAWN") == "1"
-    rec.watch_token = agree_token(rec.store, token, drawn)
+    rec.watch_token = agree_token(rec.store, token, drawn, rec.world_size)
+    rec.request_secret = request_secret(rec.store, rec.watch_token, rec.world_size)
     rec.place = this_place(rec.global_rank, rec.config.dump_prefix)
     rec.hosts = HostTableGatherer(rec.place, rec.global_rank, rec.world_size)
+    if rec.global_rank == 0 and rec.clock_service is None and rec.store is not None:
+        start_clock_service(rec)
 
 
 def _peer_kwarg(op: Any) -> dict[str, int]:
