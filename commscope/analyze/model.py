@@ -242,6 +242,10 @@ class RankDump:
     host_table: dict[str, Any] | None = None
     """Ours: the job's host table as the dump holds it (``commscope_hosts``, decoded by
     :class:`HostMap`; kept from one dump per host only, since all ranks carry the same)."""
+    thread_deaths: list[tuple[str, str, str, tuple[str, str, int, str] | None]] = field(
+        default_factory=list)
+    """Ours: threads of the rank that died of an uncaught exception while the process
+    went on (``commscope_thread_deaths``): (thread, type, message, where raised)."""
     clock_offset_ns: int | None = None
     """Ours: this rank's clock minus rank 0's, as the rank measured it
     (``commscope_clock``); every time above is already moved onto rank 0's clock."""

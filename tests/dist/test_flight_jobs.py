@@ -629,3 +629,74 @@ def test_a_signal_during_an_exception_dump_waits_for_that_dump(tmp_path):
     # the exception dump finished first, then the signal was acted on (its own dump)
     assert dog.dumper.calls == ["exception", "signal SIGUSR1"]
     assert dog._deferred_signals == []
+
+
+# --------------------------------------------------------------------------- threads
+
+
+def _loader_thread_dies(rank, world_size, out_dir):
+    import queue
+
+    import torch
+    import torch.distributed as dist
+
+    prefix = os.path.join(out_dir, "rank_")
+    _init(rank, world_size, dump_prefix=prefix, timeout_s=1.5, poll_interval_s=0.25)
+    batches: queue.Queue = queue.Queue()
+
+    def load() -> None:
+        for step in range(1_000):
+            if rank == 1 and step == 3:
+                raise ValueError("bad batch 3")  # the loader dies; the process goes on
+            batches.put(torch.ones(4) * step)
+
+    threading.Thread(target=load, name="loader", daemon=True).start()
+
+    def leave_when_the_incident_is_dumped() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                reasons = [_load(f"{prefix}{r}")["dump_reason"] for r in range(world_size)]
+            except (OSError, EOFError, pickle.UnpicklingError):
+                reasons = []
+            if reasons and not any(x.startswith("exception in thread") for x in reasons):
+                time.sleep(0.2)
+                break
+            time.sleep(0.05)
+        os._exit(0)
+
+    threading.Thread(target=leave_when_the_incident_is_dumped, daemon=True).start()
+    for _ in range(10):
+        dist.all_reduce(batches.get())  # rank 1 waits here forever after step 3
+    time.sleep(60)
+
+
+def test_a_thread_that_dies_is_not_a_dead_rank(tmp_path):
+    # issue 32 item 4: rank 1's loader thread raises; its main thread then waits on the
+    # loader's queue while the others wait in the next all_reduce. The thread's death
+    # dump does not start an incident: the rank's file is its hang dump, which names the
+    # dead thread; the analysis blames rank 1 as alive, never as crashed
+    out = tmp_path / "dumps"
+    out.mkdir()
+    results = run_ranks(_loader_thread_dies, 3, tmp_path, str(out), timeout=60, check=False,
+                        init=False)
+    assert all(not r.timed_out for r in results), results
+    dumps = {r: _load(str(out / f"rank_{r}")) for r in range(3)}
+    assert dumps[1]["dump_reason"].startswith("request from rank"), dumps[1]["dump_reason"]
+    (death,) = dumps[1]["commscope_thread_deaths"]
+    assert (death["thread"], death["type"], death["message"]) == (
+        "loader", "ValueError", "bad batch 3")
+    assert "commscope_exception" not in dumps[1]
+    later = sorted(p.name for p in (out / "commscope_later").glob("*")) if (
+        out / "commscope_later").exists() else []
+    assert later == [], later  # the thread's dump was not kept as an incident
+
+    from commscope.analyze import analyze
+
+    result = analyze(str(out))
+    kinds = [f.kind for f in result.findings]
+    assert result.verdict == "hang" and "crashed_rank" not in kinds, kinds
+    root = result.findings[0]
+    assert (root.kind, root.culprit_ranks) == ("missing_rank", [1]), root.message
+    assert "its thread loader died earlier of ValueError: bad batch 3" in root.message
+    assert "thread_died" in kinds

@@ -85,7 +85,7 @@ from commscope.analyze.diagnose.wording import (
     wait_verb,
 )
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
-from commscope.analyze.text import frame_text, ms, plural, ranks_phrase
+from commscope.analyze.text import frame_text, ms, place_text, plural, ranks_phrase
 
 __all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error"]
 
@@ -94,7 +94,7 @@ KINDS = (
     "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
     "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
     "truncated_history", "straggler", "stalled_collective", "unreadable_dump",
-    "dumps_elsewhere", "healthy",
+    "dumps_elsewhere", "thread_died", "healthy",
 )
 _CYCLE_KINDS = ("cross_group_deadlock", "p2p_deadlock")
 _WAIT_KINDS = ("missing_rank", "p2p_unmatched", "stalled_collective", *_CYCLE_KINDS)
@@ -366,6 +366,28 @@ def _unreadable_findings(ctx: Context) -> list[Finding]:
     return findings
 
 
+def _thread_findings(ctx: Context) -> list[Finding]:
+    """``thread_died``: a thread of a rank died of an uncaught exception while its process
+    went on; a remark (the rank is alive, never called crashed for it), one per rank."""
+    out = []
+    for r, d in sorted(ctx.load.dumps.items()):
+        if not d.thread_deaths:
+            continue
+        name, kind, text, place = d.thread_deaths[-1]
+        at = f" at {place_text(place)}" if place else ""
+        more = (f" ({len(d.thread_deaths) - 1} other thread death(s) before it)"
+                if len(d.thread_deaths) > 1 else "")
+        out.append(Finding(
+            kind="thread_died", group=None, collective_seq_id=None, op=None,
+            culprit_ranks=[], waiting_ranks=[],
+            message=(f"Rank {r}{ctx.on_hosts([r])}'s thread {name} died of {kind}: "
+                     f"{text[:200]}{at}{more}; the process went on (a thread's death is not "
+                     "the rank's)."),
+            details={"rank": r, "thread": name},
+        ))
+    return out
+
+
 def _truncated_findings(ctx: Context) -> list[Finding]:
     findings = []
     for key in sorted(ctx.views):
@@ -445,6 +467,7 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0,
         findings += stalled_findings(ctx)
     findings += _uncovered_findings(ctx, findings, stall_s)
     findings += _unreadable_findings(ctx)
+    findings += _thread_findings(ctx)
     findings += _truncated_findings(ctx)
     if straggler_ms != float("inf"):
         findings += straggler_findings(ctx, straggler_ms)

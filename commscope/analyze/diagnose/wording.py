@@ -61,6 +61,10 @@ def _aside(ctx: Context, rank: int) -> str:
     d = ctx.load.dumps[rank]
     out = ""
     running = None
+    if d.thread_deaths:  # the likely reason it waits outside the collectives
+        name, kind, text, place = d.thread_deaths[-1]
+        at = f" at {place_text(place)}" if place else ""
+        out += f" (its thread {name} died earlier of {kind}: {text[:120]}{at})"
     if d.handler is not None:
         sig, place = d.handler
         running = place_text(place) if place else "an unknown place"

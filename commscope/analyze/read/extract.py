@@ -138,6 +138,19 @@ def _threads_and_exception(data: dict[str, Any], dump: RankDump) -> None:
                           user_place(exc.get("frames")))
 
 
+def _thread_deaths(data: dict[str, Any], dump: RankDump) -> None:
+    """Threads that died while the process went on (``commscope_thread_deaths``)."""
+    items = data.get("commscope_thread_deaths")
+    if not isinstance(items, list):
+        return
+    for item in items[-16:]:
+        if isinstance(item, dict) and type(item.get("type")) is str:
+            message = item.get("message")
+            dump.thread_deaths.append((
+                str(item.get("thread") or "?")[:80], item["type"][:200],
+                message[:500] if type(message) is str else "", user_place(item.get("frames"))))
+
+
 def _job(data: dict[str, Any], dump: RankDump) -> None:
     job = data.get("commscope_job")
     if isinstance(job, dict) and type(job.get("id")) is str:
@@ -243,6 +256,7 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
         dump.world_size = None
     _threads_and_exception(data, dump)
     _job(data, dump)
+    _thread_deaths(data, dump)
     _place(data, dump, problems)
     _creations(data, dump, problems)
     config = data.get("pg_config")

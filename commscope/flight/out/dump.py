@@ -115,6 +115,8 @@ def build_dump(
         out["commscope_job"] = dict(rec.job)
     if rec.place is not None:
         out["commscope_place"] = dict(rec.place)
+    if rec.thread_deaths:
+        out["commscope_thread_deaths"] = list(rec.thread_deaths)
     if rec.clock is not None:
         out["commscope_clock"] = rec.clock.to_dict()
     table = rec.hosts.table if rec.hosts is not None else None
@@ -157,8 +159,9 @@ _CALM_REASONS = ("api", "request from commscope dump", "signal SIGUSR1")
 
 
 def incident_reason(reason: str) -> bool:
-    """Whether a dump of this reason starts an incident (see :meth:`Dumper.dump`)."""
-    return reason not in _CALM_REASONS
+    """Whether a dump of this reason starts an incident (see :meth:`Dumper.dump`); a
+    thread's death does not (the rank may go on, or hang later: that keeps its file)."""
+    return reason not in _CALM_REASONS and not reason.startswith("exception in thread")
 
 
 def later_path(prefix: str, rank: int, reason: str, dump_format: str = "pickle",

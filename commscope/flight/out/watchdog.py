@@ -49,6 +49,7 @@ from commscope.flight.out.dump import Dumper, incident_reason
 from commscope.flight.out.handlers import chain_handler
 from commscope.flight.out.publish import Publisher, root_store
 from commscope.flight.out.requests import ProvenRequests, RateLimit, warn_once
+from commscope.flight.out.threads import exception_record
 from commscope.flight.record.clock import (
     REMEASURE_S,
     clock_namespace,
@@ -477,6 +478,13 @@ class Watchdog:
 
     def _thread_excepthook(self, args: Any) -> None:
         if args.exc_type is not SystemExit:
-            self._safe_dump("exception", args.exc_value)
+            # a thread's death, not the process's: every later dump names it, and this
+            # dump does not start an incident (the rank's hang, if one follows, keeps the
+            # rank's file)
+            name = getattr(args.thread, "name", None) or "?"
+            record = exception_record(args.exc_value, self.config.max_frames) or {}
+            self.rec.note_thread_death({**record, "thread": str(name)[:80],
+                                        "time_ns": time.time_ns()})
+            self._safe_dump(f"exception in thread {str(name)[:80]}")
         hook = self._prev_thread_excepthook or threading.__excepthook__
         hook(args)

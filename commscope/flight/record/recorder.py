@@ -138,6 +138,9 @@ class Recorder:
         """Where this rank runs (:func:`.placement.this_place`), once it has a rank."""
         self.hosts: Any = None
         """This rank's :class:`.placement.HostTableGatherer` (the job's host table)."""
+        self.thread_deaths: list[dict[str, Any]] = []
+        """Threads of this process that died of an uncaught exception (the newest 16):
+        ``{"thread", "type", "message", "frames", "time_ns"}``; every dump carries them."""
         self.clock: Any = None
         """This clock's :class:`.clock.ClockOffset` to rank 0's, once measured."""
         self.clock_service: Any = None
@@ -152,6 +155,10 @@ class Recorder:
         self._failed = False
         self._groups_lock = threading.Lock()
         self._on_future_cb = self._on_future  # bound once, not per collective
+
+    def note_thread_death(self, record: dict[str, Any]) -> None:
+        """Keep a thread's death (see :attr:`thread_deaths`)."""
+        self.thread_deaths = [*self.thread_deaths[-15:], record]
 
     # ------------------------------------------------------------------ groups
 
