@@ -208,6 +208,20 @@ def _offset(rec: dict[str, Any] | None) -> int:
     return record_offset_ns(rec)
 
 
+def _hosts_to_exclude(findings: list[Finding], fetched: Fetched) -> list[str]:
+    """The hosts of the ranks the findings call crashed (dead, frozen, silent), from their
+    records' hostnames, in order of first mention."""
+    out: list[str] = []
+    for f in findings:
+        if f.kind != "crashed_rank":
+            continue
+        for r in f.culprit_ranks:
+            host = (fetched.records.get(r) or {}).get("hostname")
+            if isinstance(host, str) and host and host not in out:
+                out.append(host[:255])
+    return out
+
+
 def _version(fetched: Fetched, r: int) -> int:
     beat = fetched.beats.get(r)
     return beat.version if beat is not None else -1
@@ -386,7 +400,7 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
         "interval_s": th.interval_s, "stall_s": th.stall, "ranks": rows, "groups": groups,
         "missing": fetched.missing, "silent": sorted(silent),
         "bad_records": [{"rank": r, "why": why} for r, why in fetched.bad],
-        "findings": [], "stuck_s": None,
+        "findings": [], "exclude_hosts": [], "stuck_s": None,
     }
     if not fetched.records:
         out.update(state="waiting", headline="no rank has published yet")
@@ -409,6 +423,9 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
         for f in shown:
             _by_host(f, lost)
         out["findings"] = [f.to_json() for f in shown]
+        # hosts whose ranks crashed, froze or went silent: what a restart leaves out (a
+        # silent rank's record is not in the analysis: its host comes from the record)
+        out["exclude_hosts"] = _hosts_to_exclude(shown, fetched)
         out["stuck_s"] = round(stuck_s, 1)
         if shown:
             out.update(state="stuck", headline=_headline(shown[0], stuck_s, by_rank))

@@ -194,6 +194,7 @@ def test_a_frozen_host_is_named_silent_and_dump_does_not_wait_for_it(cluster, tm
         assert root["message"].startswith("hostB: ranks 2-3 silent since "), root["message"]
         assert "frozen, or gone" in root["message"] and "Ranks 2, 3" not in root["message"]
         assert typed["lost_hosts"][0]["ranks"] == [2, 3]
+        assert typed["exclude_hosts"] == ["hostB"]  # the host a restart leaves out
 
         # commscope dump: hostB's ranks cannot answer; it says so instead of waiting
         dumped = _run(hostA, "dump", "--wait-s", "60")
