@@ -12,7 +12,7 @@ for docs/compat.md, with every skipped test's reason (what degrades on that rele
     .venv/bin/python tests/matrix.py --python 3.11 --torch 2.14.1 --suite sensitive
 
 The documented matrix (:data:`CELLS`): every minor release from the floor to the newest
-on Python 3.11, and Python 3.10 and 3.13 on the floor and on the newest.
+on Python 3.11, and Python 3.10, 3.12 and 3.13 on the floor and on the newest.
 ``--suite sensitive`` runs only the version-sensitive tests (flight, mesh, comm):
 what ``.ci/run`` runs on the floor and on the newest torch. ``--wheels DIR`` offers pip
 ``DIR/<version>`` (wheels fetched earlier with ``pip download``) before the index.
@@ -36,7 +36,7 @@ RELEASES = ("2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2
 """The newest patch release of every minor release commscope supports (floor first)."""
 FLOOR, NEWEST = RELEASES[0], RELEASES[-1]
 CELLS = ([("3.11", t) for t in RELEASES]
-         + [(p, t) for p in ("3.10", "3.13") for t in (FLOOR, NEWEST)])
+         + [(p, t) for p in ("3.10", "3.12", "3.13") for t in (FLOOR, NEWEST)])
 """The documented matrix (docs/compat.md)."""
 SENSITIVE = ["tests/dist/test_flight_jobs.py", "tests/dist/test_flight_teardown.py",
              "tests/dist/test_mesh_gloo.py",
