@@ -30,6 +30,8 @@ __all__ = ["Cluster", "Host", "namespaces_unavailable", "wait_until"]
 
 HERE = Path(__file__).resolve().parent
 INIT = HERE / "hostinit.py"
+REPO = HERE.parents[1]
+"""The project: kept visible inside a host even when it lies under the outer /tmp."""
 JOB_DIR = "/tmp/job"
 _NAMESPACES = ["--uts", "--mount", "--pid"]
 
@@ -102,7 +104,7 @@ class Host:
         with open(self.log_path, "wb") as log:
             self._unshare = subprocess.Popen(
                 ["unshare", *_NAMESPACES, "--fork", "--mount-proc", sys.executable, str(INIT),
-                 name, str(hosts_file)],
+                 name, str(hosts_file), str(REPO)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True, env=self._env)
         self.pid = 0

@@ -28,13 +28,27 @@ def _reap(signum: int, frame: object) -> None:
             return
 
 
-def main(name: str, hosts_file: str) -> int:
+def main(name: str, hosts_file: str, *keep: str) -> int:
     signal.signal(signal.SIGCHLD, _reap)
     socket.sethostname(name)
     # the bind first: HOSTS_FILE lies under the outer /tmp, hidden once the tmpfs is on
     subprocess.run(["mount", "--bind", hosts_file, "/etc/hosts"], check=True)
+    # folders under the outer /tmp the host must still see (the project and its venv,
+    # when a clone lies there, as CI's may): bound aside on a scratch tmpfs over /mnt,
+    # bound back over the new /tmp, and /mnt given back (all inside this namespace)
+    kept = [p for p in keep if os.path.realpath(p).startswith("/tmp/")]
+    if kept:
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/mnt"], check=True)
+        for i, path in enumerate(kept):
+            os.mkdir(f"/mnt/keep{i}")
+            subprocess.run(["mount", "--bind", path, f"/mnt/keep{i}"], check=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777,size=512m", "tmpfs", "/tmp"],
                    check=True)
+    for i, path in enumerate(kept):
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(["mount", "--bind", f"/mnt/keep{i}", path], check=True)
+    if kept:
+        subprocess.run(["umount", "-l", "/mnt"], check=True)
     os.mkdir("/tmp/job")
     sys.stdout.write("ready\n")
     sys.stdout.flush()
@@ -43,4 +57,4 @@ def main(name: str, hosts_file: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))
