@@ -65,16 +65,25 @@ class Sig:
     """For a coalesced group of records sharing one sequence number: their sig ids."""
     problem: str | None = None
     """Why part of the record could not be read (``None`` when all is well)."""
+    root: int | None = None
+    """The global rank a rooted op (broadcast, reduce, gather, scatter) named as its
+    root, where the record says (ours, since issue 32)."""
+    reduce_op: str | None = None
+    """The reduction (``SUM``, ``MAX`` ...) of a reducing op, where the record says."""
 
-    def sizes_text(self) -> str:
-        """``[[4]] Float`` style text for messages."""
+    def sizes_text(self, every_arg: bool = False) -> str:
+        """``[[4]] Float`` style text for messages, with the root where recorded and the
+        reduce op when it is not ``SUM`` (``every_arg``: ``SUM`` too)."""
         if self.input_sizes is None:
             return "unreadable sizes"
         ins = [list(s) for s in self.input_sizes]
         outs = [list(s) for s in self.output_sizes or ()]
         dts = ", ".join(dict.fromkeys(self.input_dtypes or self.output_dtypes or ()))
         text = f"{ins}" if not outs or outs == ins else f"{ins} -> {outs}"
-        return f"{text} {dts}".strip()
+        extra = "".join((f", root {self.root}" if self.root is not None else "",
+                         f", {self.reduce_op}" if self.reduce_op is not None
+                         and (every_arg or self.reduce_op != "SUM") else ""))
+        return f"{text} {dts}".strip() + extra
 
 
 class SigTable:
@@ -236,6 +245,10 @@ class RankDump:
     ends: array | None = None
     """When each record of the file ended (ns, 0: not recorded), by position in the file;
     kept only when loading for a timeline (``end_times=True``)."""
+    splits: dict[tuple[str, int], tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = field(
+        default_factory=dict)
+    """Ours: (group, seq) -> (input, output) split sizes of each all_to_all record that has
+    them (``all_to_all_single`` with explicit splits)."""
     place: RankPlace | None = None
     """Ours: where this rank ran (``commscope_place``: host, pid, node and local rank,
     dump folder); older dumps: built from ``hostname`` and ``pid``."""

@@ -99,6 +99,12 @@ class Expect:
     """Ranks the first finding lists as victims (killed by it); ``None``: not checked."""
     ignored: int | None = None
     """How many files of other jobs the analysis sets aside (``None``: not checked)."""
+    live_kind: str | None = None
+    """The live view's root finding kind where it cannot be the dumps' (``None``: the
+    same): a culprit that died before it published the call is seen as crashed."""
+    caught: int = 0
+    """The analysis must hold the note of a running job dumped on demand that names the
+    ranks caught mid-collective, naming at least this many (0: not checked)."""
 
 
 @dataclass
@@ -122,6 +128,9 @@ class Scenario:
     """``(after_s, signal, ranks)``: send ``signal`` to those ranks (``None``: every live
     rank) this long after the start. SIGTERM ends the job as a user's kill does: the
     launcher then waits for the ranks' dumps on their way down."""
+    live: bool = True
+    """Capture the live view (``live/``). Off where the fault leaves nothing for the live
+    view to see yet (a silent desync that completes: issue 33's fingerprints)."""
     before: list[tuple[int, Callable[..., None]]] = field(default_factory=list)
     """Earlier attempts of the job, ``(world, run)``, run first into the same folder (a
     restarted job or a reused dump folder)."""
@@ -817,6 +826,238 @@ def usr2_handler_collective(rank: int, world: int) -> None:
 # --------------------------------------------------------------------------- the corpus
 
 
+# ---- what must agree: root, reduce op, all_to_all splits (issue 32 item 2)
+
+
+def broadcast_wrong_root(rank: int, world: int) -> None:
+    """Rank 1 broadcasts from itself, the others from rank 0: two ranks send and wait."""
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    dist.broadcast(t, 1 if rank == 1 else 0)
+    hang()
+
+
+def broadcast_object_wrong_src(rank: int, world: int) -> None:
+    """A config broadcast with ``broadcast_object_list`` where rank 3 names itself as the
+    source (it read a stale ``src`` from its own config)."""
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t)
+    cfg: list[Any] = [{"lr": 0.1, "step": rank}]
+    dist.broadcast_object_list(cfg, src=3 if rank == 3 else 0)
+    hang()
+
+
+def reduce_op_mismatch(rank: int, world: int) -> None:
+    """Rank 1 reduces the loss with MAX where the others SUM: it completes on gloo, with a
+    different result on that rank, and the job runs on."""
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    loss = torch.full((1,), float(rank))
+    dist.all_reduce(loss, op=dist.ReduceOp.MAX if rank == 1 else dist.ReduceOp.SUM)
+    dist.all_reduce(t)
+    dist.barrier()
+    finish()
+
+
+def _moe_exchange(rank: int, world: int, splits: list[int], group: Any = None) -> None:
+    n = len(splits)
+    tokens = torch.ones(sum(splits), 8)
+    recv = torch.empty(n, 8)  # one row from every rank expected
+    dist.all_to_all_single(recv, tokens, [1] * n, splits, group=group)
+
+
+def a2a_stale_splits(rank: int, world: int) -> None:
+    """A mixture-of-experts layer: rank 2 routes with the previous step's token counts
+    (2 rows to expert 0, none to itself) while every rank expects one row from each: gloo
+    aborts rank 0, which receives more than it posted."""
+    for _ in range(2):
+        _moe_exchange(rank, world, [1] * world)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    _moe_exchange(rank, world, [2, 1, 0, 1] if rank == 2 else [1] * world)
+    hang()
+
+
+def a2a_splits_kill_receiver(rank: int, world: int) -> None:
+    """Rank 2 routes two tokens to expert 0 and none to expert 3 (its own count stays
+    right): gloo aborts rank 0, which receives more than it posted, and rank 3 waits for
+    a row that never comes."""
+    for _ in range(2):
+        _moe_exchange(rank, world, [1] * world)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    _moe_exchange(rank, world, [2, 1, 1, 0] if rank == 2 else [1] * world)
+    hang()
+
+
+def a2a_splits_ep_mesh(rank: int, world: int) -> None:
+    """Expert parallelism on a 2 x 4 mesh (dp, ep): in the second dp replica, ep rank 1
+    (global rank 5) routes with stale counts: two rows to its first expert, none to
+    itself, so rank 4 receives more than it posted."""
+    mesh = _mesh((2, 4), ("dp", "ep"))
+    ep = mesh.get_group("ep")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    for _ in range(2):
+        _moe_exchange(rank, world, [1, 1, 1, 1], ep)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    _moe_exchange(rank, world, [2, 0, 1, 1] if rank == 5 else [1, 1, 1, 1], ep)
+    hang()
+
+
+# ---- on-demand dumps of running jobs (issue 32 item 3)
+
+
+def _init_gloo(rank: int, world: int, store_path: str) -> None:
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=30))
+
+
+def _commscope_dump_after(store_path: str, world: int, after_s: float) -> None:
+    """Do what ``commscope dump`` does from another terminal, ``after_s`` from now: post
+    a proven dump request in the job's store. Every rank answers at its next publishing
+    round, from its watchdog thread, whatever its main thread is doing."""
+    import threading
+
+    from commscope.watch.address import Address
+    from commscope.watch.source import StoreSource
+
+    def ask() -> None:
+        time.sleep(after_s)
+        client = dist.FileStore(store_path, world + 1)  # a client of its own, as the CLI's
+        StoreSource(Address("filestore", 0, world_size=world), store=client).request_dump()
+
+    threading.Thread(target=ask, name="commscope-dump", daemon=True).start()
+
+
+def _train_in_turn(rank: int, world: int, compute: Callable[[], object],
+                   steps: int = 600, pair: Any = None) -> None:
+    """Healthy training steps in which one rank computes while the others already wait
+    inside the step's collectives (a different rank each step: no straggler), until
+    every rank has written its dump (an all_reduce of who has: the job then idles, so
+    the progress records the launcher saves show no op in flight)."""
+    t = torch.ones(1 << 10)
+    mine = f"{flight.config().dump_prefix}{rank}"  # type: ignore[union-attr]
+    for step in range(steps):
+        if step % world == rank:
+            compute()  # this rank's compute; the others are in the all_reduce
+        dist.all_reduce(t)
+        t.div_(world)
+        if pair is not None and rank in (0, 1):
+            dist.broadcast(t, 0, group=pair)
+        dumped = torch.tensor([float(os.path.exists(mine))])
+        dist.all_reduce(dumped)
+        if dumped.item() == world:
+            break
+    dist.barrier()
+    hang()
+
+
+def on_demand_request_running(rank: int, world: int, store_path: str) -> None:
+    """A healthy job asked for its dumps by ``commscope dump`` while it trains: the
+    ranks waiting for the one that computes are caught inside an all_reduce a few ms
+    old, none stuck."""
+    _init_gloo(rank, world, store_path)
+    if rank == 0:
+        _commscope_dump_after(store_path, world, 1.5)
+    _train_in_turn(rank, world, lambda: time.sleep(0.05))
+
+
+def on_demand_sigusr1_running(rank: int, world: int) -> None:
+    """A healthy job, an all_reduce of everyone and a broadcast in pair_01 each step,
+    signalled SIGUSR1 on every rank while it trains: each rank dumps where it is, at
+    its own moment. The rank computing (one matmul) dumps between two steps; the others
+    wait for it inside the next all_reduce while it writes its dump (here seconds: this
+    generator mirrors every dump into PyTorch's native format), still under the stall
+    threshold, and their dumps catch them there."""
+    pair = dist.new_group([0, 1], group_desc="pair_01")
+    a = torch.rand(700, 700)
+    _train_in_turn(rank, world, lambda: torch.mm(a, a), pair=pair)
+
+
+def on_demand_request_stuck(rank: int, world: int, store_path: str) -> None:
+    """``commscope dump`` asked 14 s in, 12 s after rank 3 stalled in its data loader:
+    ranks 0-2 have waited in all_reduce #3 longer than the stall threshold (10 s), so
+    the dump asked for on demand is a hang, not a job caught running."""
+    _init_gloo(rank, world, store_path)
+    if rank == 0:
+        _commscope_dump_after(store_path, world, 14.0)
+    t = torch.ones(4)
+    for step in range(3):
+        batch = load_batch(step) if (rank == 3 and step == 2) else t
+        dist.all_reduce(batch)
+    hang()
+
+
+_NO_INIT.update({on_demand_request_running, on_demand_request_stuck})
+
+
+# ---- torch.compile (issue 32 item 6)
+
+
+def _fresh_compile() -> None:
+    """Compile from this file's source every time: inductor's compile caches hand back a
+    graph made earlier from other source (the same ops) with that source's line map,
+    and the recorder then names only the compiled function, at its first line."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+
+
+def _at(fn: Callable[..., Any], text: str) -> str:
+    """``make_scenarios.py:<line> in <fn>``: the line of ``fn`` holding ``text``, as a
+    finding names it."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(fn)
+    line = next(first + i for i, src in enumerate(lines) if text in src)
+    return f"make_scenarios.py:{line} in {fn.__name__}"
+
+
+def _compiled_step(x: torch.Tensor) -> torch.Tensor:
+    y = torch.tanh(x) * 2
+    dist.all_reduce(y)  # dynamo puts it in the graph (a functional all_reduce)
+    return y + 1
+
+
+def compiled_step_stall(rank: int, world: int) -> None:
+    """A torch.compile'd (inductor) step whose all_reduce is in the graph: rank 2 stalls
+    in its data loader at step 2, the others wait inside the compiled step."""
+    _fresh_compile()
+    step = torch.compile(_compiled_step)
+    for i in range(4):
+        batch = load_batch(i) if (rank == 2 and i == 2) else torch.ones(4) * i
+        step(batch)
+    hang()
+
+
+def _tp_block(x: torch.Tensor, group: Any) -> torch.Tensor:
+    from torch.distributed import _functional_collectives as funcol
+
+    y = x * 2
+    torch._dynamo.graph_break()  # as a print or an .item() does: the rest is its own graph
+    y = funcol.all_reduce(y, "sum", group)
+    return y + 1
+
+
+def compiled_graph_break_missing(rank: int, world: int) -> None:
+    """A torch.compile'd (inductor) block on a 2x2 mesh whose functional all_reduce over
+    tp runs in the part after a graph break: rank 3 skips the fourth block, rank 2 (its
+    tp peer) waits in it."""
+    _fresh_compile()
+    tp = _mesh((2, 2), ("dp", "tp")).get_group("tp")
+    block = torch.compile(_tp_block)
+    t = torch.ones(4)
+    for _ in range(3):
+        t = block(t, tp)
+    if rank != 3:
+        block(t, tp)  # 4: rank 3 never comes
+    hang()
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("healthy", 3, healthy, Expect("healthy", "healthy"), Expect("healthy", "healthy")),
     Scenario("mesh2d_healthy", 4, mesh2d_healthy, Expect("healthy", "healthy"),
@@ -959,6 +1200,55 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("crash_and_stall", 4, crash_and_stall,
              Expect("crash", "crashed_rank", [0], blamed=[0, 3], says=["checkpoint shard"],
                     also=[("missing_rank", [3])])),
+    # ---- what must agree (issue 32 item 2)
+    Scenario("broadcast_wrong_root", 4, broadcast_wrong_root,
+             Expect("hang", "root_mismatch", [1], says=["root 1", "root 0"])),
+    Scenario("broadcast_object_wrong_src", 4, broadcast_object_wrong_src,
+             Expect("hang", "root_mismatch", [3], says=["root 3", "root 0"])),
+    Scenario("reduce_op_mismatch", 3, reduce_op_mismatch,
+             Expect("desync", "reduce_op_mismatch", [1], says=["MAX", "SUM"]), live=False),
+    Scenario("a2a_stale_splits", 4, a2a_stale_splits,
+             Expect("hang", "split_mismatch", [2], says=["split sizes", "for itself"],
+                    live_kind="crashed_rank")),
+    Scenario("a2a_splits_ep_mesh", 8, a2a_splits_ep_mesh,
+             Expect("hang", "split_mismatch", [5], group="mesh_ep",
+                    says=["split sizes", "rank 5 sends rank 4 2 row(s)"],
+                    live_kind="crashed_rank")),
+    Scenario("a2a_splits_kill_receiver", 4, a2a_splits_kill_receiver,
+             Expect("crash", "split_mismatch", [2], victims=[0],
+                    says=["rank 2 sends rank 3 0 row(s), rank 3 expects 1"]),
+             # torchrun stops the survivors at once: their last published records (0.2 s
+             # apart) predate the call, so a watcher sees only rank 0 die; the dumps decide
+             live=False),
+    # ---- on-demand dumps of running jobs (issue 32 item 3)
+    Scenario("on_demand_request_running", 4, on_demand_request_running,
+             Expect("healthy", "healthy", caught=1,
+                    says=["request from commscope dump", "caught mid-collective"]),
+             timeout_s=30.0),
+    Scenario("on_demand_sigusr1_running", 3, on_demand_sigusr1_running,
+             Expect("healthy", "healthy", caught=1,
+                    says=["signal SIGUSR1", "caught mid-collective"]),
+             timeout_s=30.0, signals=[(2.5, signal.SIGUSR1, None)]),
+    Scenario("on_demand_request_stuck", 4, on_demand_request_stuck,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], seq=3,
+                    says=["load_batch"]),
+             timeout_s=60.0),
+    # torch.compile (issue 32 item 6): the user's compiled line, never torch's generated code
+    Scenario("compiled_step_stall", 4, compiled_step_stall,
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3], seq=3,
+                    says=["load_batch", _at(_compiled_step, "dist.all_reduce(")],
+                    never_says=["_ops.py", "eval_frame.py", "output_code.py", "aot_autograd",
+                                "eval_with_key", " in call.", " in call ("]),
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3], seq=3,
+                    says=[_at(_compiled_step, "dist.all_reduce(")]),
+             timeout_s=5.0),
+    Scenario("compiled_graph_break_missing", 4, compiled_graph_break_missing,
+             Expect("hang", "missing_rank", [3], waiting=[2], group="mesh_tp", seq=4,
+                    says=["in hang", _at(_tp_block, "funcol.all_reduce(")],
+                    never_says=["_ops.py", "eval_frame.py", "output_code.py", "aot_autograd",
+                                "torch_dynamo_resume", "_functional_collectives.py",
+                                " in call.", " in call ("]),
+             timeout_s=5.0),
 ]}
 
 
@@ -1138,7 +1428,7 @@ def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
     for world, run in sc.before:  # earlier attempts leave their files in the same folder
         launch(sc, out, scratch, world, run, live=False)
         time.sleep(1.0)  # the next attempt starts later, as a restart does
-    codes = launch(sc, out, scratch)
+    codes = launch(sc, out, scratch, live=sc.live)
     for tmp in out.rglob(".commscope-*.tmp"):
         tmp.unlink()  # a dump cut short when the job was killed: no dump, never kept
     if not any((out / "native").iterdir()):

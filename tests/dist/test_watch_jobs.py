@@ -91,6 +91,9 @@ def test_dump_of_a_healthy_running_job_never_says_hang(job, capsys):
     out = capsys.readouterr().out
     assert "live verdict (every rank's record, all hosts): HEALTHY" in out, out
     assert "verdict: HEALTHY" in out and "HANG" not in out, out
+    # for the right reason: the ranks inside a collective are named as caught in flight
+    # (or none was inside one), never a wait
+    assert "caught mid-collective" in out or "none has unfinished work" in out, out
     assert f"{socket.gethostname()}:{job.folder / 'commscope_traces'}/  ranks 0-3" in out, out
 
 
@@ -136,7 +139,8 @@ def _workers(job) -> list[int]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read()
-                if b"commscope.flight.bootstrap" in cmdline and b"torch.distributed.run" not in cmdline:
+                if (b"commscope.flight.bootstrap" in cmdline
+                        and b"torch.distributed.run" not in cmdline):
                     out.append(pid)
         except OSError:
             continue

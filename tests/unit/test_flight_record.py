@@ -428,3 +428,24 @@ def test_the_c_stack_walk_matches_the_python_one(tmp_path, fake_pg):
                 rec_mod.capture_stack = stack.capture_stack
             frames.append(flight.snapshot()["entries"][-1]["frames"])
     assert frames[0] == frames[1] and frames[0]
+
+
+def test_what_must_agree_is_recorded_root_reduce_op_and_splits(tmp_path, fake_pg):
+    # issue 32 item 2: the root (as a global rank), the reduce op and all_to_all splits
+    with recording(tmp_path), fake_pg(1, 4):
+        sub = dist.new_group([1, 3])
+        t = torch.ones(4)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.broadcast(t, 2)
+        dist.broadcast(t, 3, group=sub)  # group rank 1 of [1, 3]: global rank 3
+        dist.reduce(t, 0, op=dist.ReduceOp.MIN)
+        dist.all_to_all_single(torch.empty(6), torch.ones(4), [1, 2, 2, 1], [2, 1, 0, 1])
+        dist.all_to_all_single(torch.empty(4), torch.ones(4))  # even splits: nothing kept
+        dist.barrier()
+        got = entries()
+    fields = [{k: e[k] for k in ("root", "reduce_op", "input_split_sizes",
+                                 "output_split_sizes") if k in e} for e in got]
+    assert fields == [
+        {"reduce_op": "MAX"}, {"root": 2}, {"root": 3}, {"root": 0, "reduce_op": "MIN"},
+        {"input_split_sizes": [2, 1, 0, 1], "output_split_sizes": [1, 2, 2, 1]}, {}, {},
+    ]

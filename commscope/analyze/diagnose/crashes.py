@@ -11,9 +11,9 @@ Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findi
    (``ctx.stale``), when it raised an exception that is not a communication error
    (:func:`is_comm_error`), or dumped on an uncaught exception it does not name while
    it has no unfinished work and others wait for it (an older dump), or when it alone
-   dumped on a signal, with no unfinished work, before every other rank dumped. A signal
-   is never a cause next to any other reason: torchrun's SIGTERM to the survivors of a
-   failure comes after it.
+   dumped on a signal, with no unfinished work, before every other rank dumped (not
+   SIGUSR1, which asks for a dump and stops nothing). A signal is never a cause next to
+   any other reason: torchrun's SIGTERM to the survivors of a failure comes after it.
 2. Ranks without a dump whose fatal log says they aborted, at the very line where a
    survivor issued its newest record of a group they belong to, were killed by a size
    mismatch in that call (:func:`killed_by_mismatch`; gloo aborts a rank that receives
@@ -43,6 +43,7 @@ from commscope.analyze.align.match import GroupView
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.hosts import hosts_phrase, whole_hosts
 from commscope.analyze.diagnose.mismatch import MISMATCH_KINDS
+from commscope.analyze.diagnose.timing import reason_class
 from commscope.analyze.diagnose.waits import Wait, WaitGraph, reaching
 from commscope.analyze.diagnose.wording import record_op, record_status
 from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
@@ -77,8 +78,9 @@ def crash_reasons(ctx: Context, graph: WaitGraph) -> dict[int, str]:
     for r in ctx.stale:
         out[r] = "stale"
     waited_for = {w.target for w in graph.edges()}
+    # a signal that asks for a dump (SIGUSR1) stops nothing: never a cause
     signal_dumps = [r for r, d in ctx.load.dumps.items()
-                    if (d.dump_reason or "").startswith("signal")]
+                    if reason_class(d.dump_reason) == "signal"]
     for r, d in ctx.load.dumps.items():
         if r in out:
             continue
@@ -91,7 +93,7 @@ def crash_reasons(ctx: Context, graph: WaitGraph) -> dict[int, str]:
                 out[r] = "exception"
             elif exc is None and not d.pending and r in waited_for:
                 out[r] = "exception"  # an older dump without the exception itself
-        elif (reason.startswith("signal") and len(signal_dumps) == 1 and not d.pending
+        elif (r in signal_dumps and len(signal_dumps) == 1 and not d.pending
               and _first_to_dump(ctx, r)):
             out[r] = "signal"
     if any(why != "signal" for why in out.values()):
@@ -282,6 +284,9 @@ def _fatal_text(ctx: Context, ranks: list[int]) -> str:
     return "".join(parts)
 
 
+_DIED = "their own sizes died with them"
+
+
 def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
                         findings: list[Finding]) -> list[Finding]:
     """Step 2: ranks that aborted inside the very call a surviving rank still waits in.
@@ -319,7 +324,8 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
             died = (f"{ranks_phrase(dead)} aborted (gloo aborts a rank that receives a "
                     "message of another size than it posted), so "
                     f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
-                    "mismatch in that call, not its cause; their own sizes died with them "
+                    "mismatch in that call, not its cause; "
+                    f"{'its own sizes died with it' if len(dead) == 1 else _DIED} "
                     f"({', '.join(os.path.basename(ctx.load.fatal[q].path) for q in dead)}).")
             victims = died[0].upper() + died[1:]
             known = next((f for f in out if f.blocking and f.group is not None

@@ -34,21 +34,47 @@ Algorithm (:func:`diagnose`):
 8. ``stalled_collective`` when nothing above explains a stop and everyone is inside the
    same unfinished collective (with evidence of age).
 9. **Coverage**: a rank with unfinished work that no blocking finding names (as
-   culprit or waiter) gets a ``stalled_collective`` of its own: a dump with unfinished
-   work is never called healthy.
+   culprit or waiter) gets a ``stalled_collective`` of its own, judged by the op's age
+   on the rank's own clock when other members finished it: stuck (blocking) when the
+   rank dumped on its own timeout or had been in it ``stall_s`` or longer, caught
+   finishing it (a note, verdict ``healthy``) when younger, undecided when its dump has
+   no time (verdict ``incomplete``). Unfinished work nobody finished is stuck.
 10. Remarks: ``unreadable_dump``, ``truncated_history``, ``straggler``; ``healthy`` when
-    there is nothing at all.
+    there is nothing at all. Dumps of a running job asked for on demand, with no wait
+    older than ``stall_s``: the waits give way to one ``healthy`` note
+    (:func:`commscope.analyze.diagnose.timing.caught_running`).
 11. Order: blocking disagreements whose shape is known, crashes, other roots (missing
     ranks, unmatched p2p, blocking mismatches), cycles, stalls, then survived
     disagreements (desync), unreadable dumps, undecidable history, remarks; within a
-    tier by sequence number, group and ranks. The verdict is ``crash`` if a rank
-    crashed, else ``hang`` if anything blocks, else ``desync``, else ``incomplete``
-    when dumps are unreadable or history undecidable, else ``healthy``.
+    tier by sequence number, group and ranks. The verdict is the worst of the
+    findings' (below: ``crash`` if a rank crashed, else ``hang`` if anything blocks,
+    else ``desync``, else ``incomplete`` when dumps are unreadable or history
+    undecidable, else ``healthy``).
+
+The verdict (:func:`verdict`), from one table of (finding, dump reason) -> verdict:
+
+1. Every finding has a *role*: its kind, told apart where one kind can mean several
+   things (:func:`role`): a mismatch others wait behind, one the job went through, one
+   that killed its peers; a rank stuck in an op, or caught finishing it.
+2. Every role has one verdict (:data:`VERDICT_TABLE`), whatever the dumps were written
+   for; the table's columns, the dump reasons
+   (:func:`commscope.analyze.diagnose.timing.reason_class`), only mark with ``None``
+   the roles the analyzer never makes for that reason (a running job caught
+   mid-collective is only ever told from dumps asked for on demand).
+3. The verdict of an analysis is the worst of its findings' (:data:`SEVERITY`:
+   ``crash`` > ``hang`` > ``desync`` > ``incomplete`` > ``healthy``), ``healthy`` when
+   there are none. A finding that says "not a hang" has a role whose verdict is
+   ``healthy``, so no verdict ever contradicts the findings it comes from.
+
+The dump reason and the ages of the unfinished ops decide which findings are made (steps
+9 and 10), never what one of them weighs. ``docs/analyze.md`` shows the table ("The
+verdict"); a test reads it there and compares it with :data:`VERDICT_TABLE` cell by cell.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from commscope.analyze.align.match import P2PIssue
@@ -68,8 +94,10 @@ from commscope.analyze.diagnose.mismatch import (
     pending_mismatch_ranks,
 )
 from commscope.analyze.diagnose.skips import find_skip, skip_finding
+from commscope.analyze.diagnose.splits import split_findings
 from commscope.analyze.diagnose.timing import (
     ON_DEMAND_STALL_S,
+    REASONS,
     caught_running,
     pending_age_ns,
     stale_dumps,
@@ -87,11 +115,13 @@ from commscope.analyze.diagnose.wording import (
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
 from commscope.analyze.text import frame_text, ms, place_text, plural, ranks_phrase
 
-__all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error"]
+__all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error", "SEVERITY",
+           "ROLES", "VERDICT_TABLE", "role", "role_verdict", "finding_verdict"]
 
 _DONE = RETIRED | COMPLETED
 KINDS = (
     "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
+    "root_mismatch", "reduce_op_mismatch", "split_mismatch",
     "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
     "truncated_history", "straggler", "stalled_collective", "unreadable_dump",
     "dumps_elsewhere", "thread_died", "healthy",
@@ -108,6 +138,8 @@ def _tier(f: Finding) -> int:
         return 2
     if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
         return 7
+    if f.kind == "stalled_collective" and f.details.get("caught"):
+        return 8
     if f.details.get("cycle_root"):
         return 4
     if f.blocking and f.kind in ("missing_rank", "p2p_unmatched", *MISMATCH_KINDS):
@@ -122,8 +154,6 @@ def _tier(f: Finding) -> int:
         return 7
     if f.kind == "dumps_elsewhere":
         return 3 if f.blocking else 7
-    if f.kind in ("truncated_history", "stalled_collective") and f.details.get("undecided"):
-        return 7
     return 8
 
 
@@ -132,20 +162,98 @@ def _sort_key(f: Finding) -> tuple[object, ...]:
     return (_tier(f), seq, f.culprit_ranks, f.group.name if f.group else "", f.kind)
 
 
-def verdict(findings: list[Finding]) -> str:
-    """``crash`` / ``hang`` / ``desync`` / ``incomplete`` / ``healthy`` (step 11)."""
-    if any(f.kind == "crashed_rank" or f.details.get("killed") for f in findings):
-        return "crash"
-    if any(f.blocking for f in findings):
-        return "hang"
-    tiers = {_tier(f) for f in findings if f.kind != "healthy"}
-    if tiers & {1, 3, 4, 5}:
-        return "hang"
-    if 6 in tiers:
-        return "desync"
-    if 7 in tiers:
-        return "incomplete"
-    return "healthy"
+# ---------------------------------------------------------------------- the verdict
+
+SEVERITY = ("healthy", "incomplete", "desync", "hang", "crash")
+"""The verdicts, mildest first: an analysis takes the worst of its findings'."""
+
+_ALL_BUT_NONE = tuple(r for r in REASONS if r != "none")
+_ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # role, its verdict, the dump reasons it can come with
+    ("healthy", "healthy", REASONS),
+    ("healthy, caught running", "healthy", ("on demand",)),
+    ("straggler", "healthy", REASONS),
+    ("thread_died", "healthy", _ALL_BUT_NONE),
+    ("truncated_history", "healthy", REASONS),
+    ("stalled_collective, caught finishing", "healthy", _ALL_BUT_NONE),
+    ("stalled_collective, age unknown", "incomplete", REASONS),
+    ("truncated_history, undecided", "incomplete", REASONS),
+    ("unreadable_dump", "incomplete", REASONS),
+    ("dumps_elsewhere", "incomplete", _ALL_BUT_NONE),
+    ("*_mismatch, nobody waits", "desync", REASONS),
+    ("missing_rank, nobody waits", "desync", REASONS),
+    ("*_mismatch, ranks wait", "hang", REASONS),
+    ("missing_rank, ranks wait", "hang", REASONS),
+    ("p2p_unmatched", "hang", REASONS),
+    ("p2p_deadlock", "hang", REASONS),
+    ("cross_group_deadlock", "hang", REASONS),
+    ("stalled_collective, stuck", "hang", REASONS),
+    ("dumps_elsewhere, ranks wait", "hang", _ALL_BUT_NONE),
+    ("crashed_rank", "crash", REASONS),
+    ("*_mismatch, killed its peers", "crash", REASONS),
+)
+
+ROLES = tuple(name for name, _, _ in _ROWS)
+"""Every role a finding can have (:func:`role`), the rows of :data:`VERDICT_TABLE`."""
+
+VERDICT_TABLE: dict[str, dict[str, str | None]] = {
+    name: {reason: (v if reason in where else None) for reason in REASONS}
+    for name, v, where in _ROWS
+}
+"""Role → dump reason → the finding's verdict (``None``: never made for that reason)."""
+
+_ROLE_VERDICT = {name: v for name, v, _ in _ROWS}
+
+
+def role(f: Finding) -> str:
+    """The row of :data:`VERDICT_TABLE` for finding ``f`` (its kind, told apart by what
+    it says: whether ranks wait behind it, whether it killed its peers, whether a rank
+    still in an op was caught finishing it). A kind the table does not know weighs as a
+    wait when it blocks, else as a remark the dumps cannot decide."""
+    kind = f.kind
+    if kind == "healthy":
+        return "healthy, caught running" if "caught_running" in f.details else "healthy"
+    if kind in MISMATCH_KINDS:
+        if f.details.get("killed"):
+            return "*_mismatch, killed its peers"
+        return "*_mismatch, ranks wait" if f.blocking else "*_mismatch, nobody waits"
+    if kind == "missing_rank":
+        return "missing_rank, ranks wait" if f.blocking else "missing_rank, nobody waits"
+    if kind == "stalled_collective":
+        if f.blocking:
+            return "stalled_collective, stuck"
+        if f.details.get("caught"):
+            return "stalled_collective, caught finishing"
+        return "stalled_collective, age unknown"
+    if kind == "truncated_history":
+        return "truncated_history, undecided" if f.details.get("undecided") else kind
+    if kind == "dumps_elsewhere":
+        return "dumps_elsewhere, ranks wait" if f.blocking else kind
+    if kind in _ROLE_VERDICT:
+        return kind
+    return "stalled_collective, stuck" if f.blocking else "stalled_collective, age unknown"
+
+
+def role_verdict(name: str, reason: str | None = None) -> str | None:
+    """The verdict of role ``name`` (:data:`VERDICT_TABLE`); with ``reason`` (a column),
+    ``None`` where the analyzer never makes that role for it."""
+    if reason is None:
+        return _ROLE_VERDICT[name]
+    return VERDICT_TABLE[name][reason]
+
+
+def finding_verdict(f: Finding) -> str:
+    """The verdict finding ``f`` stands for on its own."""
+    return _ROLE_VERDICT[role(f)]
+
+
+def verdict(findings: Iterable[Finding]) -> str:
+    """The worst verdict of ``findings`` ("The verdict" in the module doc); ``healthy``
+    for none."""
+    worst = 0
+    for f in findings:
+        worst = max(worst, SEVERITY.index(finding_verdict(f)))
+    return SEVERITY[worst]
 
 
 # ---------------------------------------------------------------------- roots
@@ -275,8 +383,11 @@ def _unmatched_finding(ctx: Context, graph: WaitGraph, q: int,
 def _uncovered_findings(ctx: Context, findings: list[Finding],
                         stall_s: float = ON_DEMAND_STALL_S) -> list[Finding]:
     """Step 9: unfinished work that no blocking finding names. When other members
-    finished the op, a rank still in it was caught finishing it, unless it had been in
-    it longer than ``stall_s`` (its own clock): then it is stuck there."""
+    finished the op, a rank still in it was caught finishing it (a note: not a hang),
+    unless it dumped on its own timeout (its watchdog saw the op past the recorder's
+    timeout) or had been in it ``stall_s`` or longer (its own clock): then it is stuck
+    there. When its dump has no time (PyTorch's native dumps), which of the two cannot
+    be told."""
     covered: set[int] = set()
     for f in findings:
         if f.blocking:
@@ -304,19 +415,37 @@ def _uncovered_findings(ctx: Context, findings: list[Finding],
         verb = "was" if len(ranks) == 1 else "were"
         reasons = sorted({ctx.load.dumps[r].dump_reason or "?" for r in ranks})
         done_by = _finished_elsewhere(ctx, group, seq, ranks)
-        age = max((pending_age_ns(ctx, r) or 0 for r in ranks), default=0)
-        if done_by and age < stall_s * 1e9:
+        ages = [pending_age_ns(ctx, r) for r in ranks]
+        age = max((a or 0 for a in ages), default=0)
+        timed_out = any(ctx.load.dumps[r].dump_reason == "timeout" for r in ranks)
+        if done_by and not timed_out and age < stall_s * 1e9:
+            they = "it" if len(ranks) == 1 else "they"
+            head = (f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
+                    f"{they} dumped, though {ranks_phrase(done_by)} finished it: ")
+            if all(a is not None for a in ages):
+                details: dict[str, Any] = {"caught": {r: a for r, a in zip(ranks, ages)}}
+                tail = (f"the dump caught {they} finishing it (inside it for {ms(age)}, "
+                        f"under the {stall_s:g} s stall threshold), not a hang.")
+            else:
+                details = {"undecided": True}
+                tail = ("most likely the dump caught it finishing, but with no dump time "
+                        "to say how long it had been inside, stuck or finishing cannot be "
+                        "told.")
             out.append(Finding(
                 kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
                 op=record_op(ctx, r0, group, seq) if seq >= 0 else None,
                 culprit_ranks=[], waiting_ranks=ranks, blocking=False,
-                details={"undecided": True},
-                message=(f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
-                         f"{'it' if len(ranks) == 1 else 'they'} dumped, though "
-                         f"{ranks_phrase(done_by)} finished it: the dump was taken while it "
-                         "was finishing (a dump of a running job), not a hang."),
+                details=details, message=head + tail,
             ))
             continue
+        if done_by:
+            why = (f", though {ranks_phrase(done_by)} finished it"
+                   + (f" and {'its' if len(ranks) == 1 else 'their'} watchdog dumped on "
+                      "timeout" if timed_out else " long before")
+                   + ": stuck there, not finishing.")
+        else:
+            why = (", and no other rank's records explain the wait: the transport is slow "
+                   "or stuck, or the dump was taken while the op was finishing.")
         out.append(Finding(
             kind="stalled_collective", group=g, collective_seq_id=seq if seq >= 0 else None,
             op=record_op(ctx, r0, group, seq) if seq >= 0 else (what.split()[0]),
@@ -324,11 +453,7 @@ def _uncovered_findings(ctx: Context, findings: list[Finding],
             message=(f"{ranks_phrase(ranks).capitalize()} {verb} still inside {what}"
                      f"{f' for {ms(age)}' if age else ''} when "
                      f"{'it' if len(ranks) == 1 else 'they'} dumped (reason: "
-                     f"{', '.join(reasons)}), at {frame_text(frame)}"
-                     + (f", though {ranks_phrase(done_by)} finished it long before: stuck "
-                        "there, not finishing." if done_by else
-                        ", and no other rank's records explain the wait: the transport is "
-                        "slow or stuck, or the dump was taken while the op was finishing.")),
+                     f"{', '.join(reasons)}), at {frame_text(frame)}{why}"),
         ))
     return out
 
@@ -439,9 +564,11 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0,
              stall_s: float = ON_DEMAND_STALL_S) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
     ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
-    findings = mismatch_findings(ctx)
-    graph = build_waits(ctx.views, ctx.p2p, pending_mismatch_ranks(ctx), ctx.load,
-                        creation_waits(ctx.load))
+    splits = split_findings(ctx)
+    findings = mismatch_findings(ctx) + splits
+    in_mismatch = pending_mismatch_ranks(ctx).union(
+        *({*f.culprit_ranks, *f.waiting_ranks} for f in splits if f.blocking))
+    graph = build_waits(ctx.views, ctx.p2p, in_mismatch, ctx.load, creation_waits(ctx.load))
     created, creating = creation_findings(ctx, graph)
     findings += created
     ctx.away = elsewhere_ranks(ctx)

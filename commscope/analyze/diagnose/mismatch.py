@@ -17,8 +17,10 @@ Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequenc
      m[s+k+1]``): the culprit **skipped** collective ``seq`` (``missing_rank``);
    * shifted the other way: it issued an **extra** collective (``op_mismatch``);
 3. otherwise by what differs between the culprit's and the majority's signature: the
-   op (``op_mismatch``), the shapes (``size_mismatch``), else the dtypes
-   (``dtype_mismatch``).
+   op (``op_mismatch``), the shapes (``size_mismatch``), the dtypes
+   (``dtype_mismatch``), the root of a rooted op (``root_mismatch``), else the reduce
+   op (``reduce_op_mismatch``). (all_to_all split sizes are checked pair by pair in
+   :mod:`~commscope.analyze.diagnose.splits`: ``split_mismatch``.)
 4. A mismatch with an unfinished record is *blocking* (the job stopped there); a
    finished one is a bug the job survived (desync: e.g. float32 against int32 of the
    same byte size completes on gloo with garbage).
@@ -34,7 +36,8 @@ from commscope.analyze.text import frame_text, ranks_phrase
 
 __all__ = ["mismatch_findings", "pending_mismatch_ranks", "MISMATCH_KINDS"]
 
-MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch")
+MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch",
+                  "root_mismatch", "reduce_op_mismatch", "split_mismatch")
 """The kinds of a disagreement about one call (a skipped one is a ``missing_rank``)."""
 
 _WINDOW = 8
@@ -95,17 +98,22 @@ def _sig_kind(ctx: Context, a: Sig | None, b: Sig | None) -> str:
         return "size_mismatch"
     if a.input_dtypes != b.input_dtypes or a.output_dtypes != b.output_dtypes:
         return "dtype_mismatch"
+    if a.root != b.root:
+        return "root_mismatch"
+    if a.reduce_op != b.reduce_op:
+        return "reduce_op_mismatch"
     return "op_mismatch"
 
 
-def _sig_text(sig: Sig | None, ctx: Context | None = None) -> str:
+def _sig_text(sig: Sig | None, ctx: Context | None = None, every_arg: bool = False) -> str:
     if sig is None:
         return "an unreadable record"
     if sig.members and ctx is not None:
-        parts = "; ".join(_sig_text(ctx.load.sigs.sigs[m]) for m in sig.members[:4])
+        parts = "; ".join(_sig_text(ctx.load.sigs.sigs[m], every_arg=every_arg)
+                          for m in sig.members[:4])
         more = ", ..." if len(sig.members) > 4 else ""
         return f"{len(sig.members)} coalesced ops [{parts}{more}]"
-    return f"{sig.op} ({sig.sizes_text()})"
+    return f"{sig.op} ({sig.sizes_text(every_arg)})"
 
 
 def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
@@ -153,8 +161,10 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     else:
         kind = _sig_kind(ctx, c_sig, r_sig)
         op = c_sig.op if c_sig else None
-        msg = (f"{who.capitalize()} called {_sig_text(c_sig, ctx)} as #{m.seq} of {g.label()} "
-               f"where {others} called {_sig_text(r_sig, ctx)}, at {where}{tail}.")
+        every = kind == "reduce_op_mismatch"  # then SUM is worth saying too
+        msg = (f"{who.capitalize()} called {_sig_text(c_sig, ctx, every)} as #{m.seq} of "
+               f"{g.label()} where {others} called {_sig_text(r_sig, ctx, every)}, at "
+               f"{where}{tail}.")
     finding = Finding(
         kind=kind, group=g, collective_seq_id=m.seq, op=op,
         culprit_ranks=list(m.culprits), waiting_ranks=list(m.agreeing) if m.pending else [],

@@ -27,6 +27,10 @@ Caught running (:func:`caught_running`): when every rank dumped on demand (an AP
 inside a collective were caught mid-flight. The findings that only read unfinished work
 as waits give way to one ``healthy`` finding that says who and for how long; a
 disagreement between ranks is still reported.
+
+Dump reasons (:func:`reason_class`) fall in the columns of the verdict table
+(:data:`commscope.analyze.diagnose.findings.VERDICT_TABLE`): on demand, timeout, signal,
+exception, thread exception, other, none.
 """
 
 from __future__ import annotations
@@ -34,13 +38,15 @@ from __future__ import annotations
 import bisect
 import statistics
 from array import array
+from collections.abc import Iterable
 
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
 from commscope.analyze.text import frame_text, ms, ranks_phrase
 
 __all__ = ["straggler_findings", "stale_dumps", "stalled_findings", "caught_running",
-           "pending_age_ns", "ON_DEMAND_REASONS", "ON_DEMAND_STALL_S"]
+           "pending_age_ns", "ON_DEMAND_REASONS", "ON_DEMAND_STALL_S", "REASONS",
+           "reason_class", "job_reason"]
 
 _DONE = RETIRED | COMPLETED
 _MIN_SAMPLES = 3
@@ -190,7 +196,51 @@ def stalled_findings(ctx: Context) -> list[Finding]:
 
 
 ON_DEMAND_REASONS = ("api", "request from commscope dump", "signal SIGUSR1")
-"""Dump reasons that ask for a dump of a job that may well be running (no incident)."""
+"""Dump reasons that ask for a dump of a job that may well be running (no incident):
+``flight.dump()``, ``commscope dump``, SIGUSR1."""
+
+REASONS = ("on demand", "timeout", "signal", "exception", "thread exception", "other",
+           "none")
+"""What dumps are written for (:func:`reason_class`): the columns of the verdict table
+(:data:`commscope.analyze.diagnose.findings.VERDICT_TABLE`)."""
+
+
+def reason_class(reason: str | None) -> str:
+    """The column of the verdict table for one dump's ``dump_reason``: ``on demand``
+    (:data:`ON_DEMAND_REASONS`), ``timeout`` (the recorder's watchdog saw an op past its
+    timeout or failing: ``timeout``, ``collective error``, and ``request from rank N``,
+    the dumps that rank asked the others for), ``signal`` (any other signal: SIGTERM,
+    SIGINT, ...), ``exception`` (the rank raised), ``thread exception`` (a thread of it
+    died), ``other`` (a reason the program named, ``flight.dump(reason=...)``) or
+    ``none`` (no reason: PyTorch's native dumps)."""
+    if not reason:
+        return "none"
+    if reason in ON_DEMAND_REASONS:
+        return "on demand"
+    if reason in ("timeout", "collective error") or reason.startswith("request from rank"):
+        return "timeout"
+    if reason.startswith("signal"):
+        return "signal"
+    if reason == "exception":
+        return "exception"
+    if reason.startswith("exception in thread"):
+        return "thread exception"
+    return "other"
+
+
+_PRECEDENCE = ("exception", "timeout", "signal", "other", "thread exception", "on demand",
+               "none")
+
+
+def job_reason(reasons: Iterable[str | None]) -> str:
+    """What a job's dumps were written for, as one column: the incident when any dump
+    answers one (an exception first, then a timeout, a signal, a reason the program
+    named, a thread's death), ``on demand`` when every dump was asked for, ``none`` when
+    no dump says (also for no dump at all)."""
+    seen = {reason_class(r) for r in reasons}
+    return next((c for c in _PRECEDENCE if c in seen), "none")
+
+
 ON_DEMAND_STALL_S = 10.0
 """In dumps taken on demand, an op unfinished for less than this is caught mid-flight."""
 
@@ -218,11 +268,12 @@ def caught_running(ctx: Context, stall_s: float = ON_DEMAND_STALL_S) -> Finding 
     dump, every dump was asked for on demand (:data:`ON_DEMAND_REASONS`: an API call,
     ``commscope dump``, SIGUSR1, not an incident), and no unfinished op was older than
     ``stall_s`` at its rank's dump time. Ranks are then caught mid-collective, not
-    stuck; the finding says which and for how long. ``None`` otherwise."""
+    stuck; the finding says which and for how long (``details["caught_running"]``: rank
+    → ns). ``None`` otherwise (also when no rank was inside a collective)."""
     dumps = ctx.load.dumps
     if not dumps or any(r not in dumps for r in ctx.expected):
         return None
-    if any((d.dump_reason or "") not in ON_DEMAND_REASONS for d in dumps.values()):
+    if any(reason_class(d.dump_reason) != "on demand" for d in dumps.values()):
         return None
     ages = {r: age for r in dumps if (age := pending_age_ns(ctx, r)) is not None}
     if any(d.pending for r, d in dumps.items() if r not in ages):

@@ -38,11 +38,14 @@ static const char *FIELDS[] = {
     "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
     /* optional */
     "failed", "peer", "duration_ms",
+    /* optional, what must agree: root and reduce_op tag the name in the key; the
+     * all_to_all split sizes go into one column */
+    "root", "reduce_op", "input_split_sizes", "output_split_sizes",
 };
 enum {
     F_NAME, F_RECORD, F_PGID, F_SEQ, F_P2PSEQ, F_CREATED, F_PG, F_STATE, F_RETIRED,
     F_ISP2P, F_TSTART, F_TDONE, F_IN, F_OUT, F_IDT, F_ODT, F_FAILED, F_PEER, F_DUR,
-    N_FIELDS
+    F_ROOT, F_ROP, F_INSPL, F_OUTSPL, N_FIELDS
 };
 #define N_COLUMNS (F_TDONE + 1) /* the columns returned as lists */
 #define N_REQUIRED (F_ODT + 1)  /* fields every record must have */
@@ -63,7 +66,7 @@ typedef struct {
     Py_ssize_t created, appended;
     PyObject *slot[N_FIELDS];
     PyObject *cols[N_COLUMNS];
-    PyObject *keys, *failed, *peer, *dur;
+    PyObject *keys, *failed, *peer, *dur, *splits;
     long long *ints[N_INTS];
     Py_ssize_t n_ints, ints_cap;
     int first_has_failed;
@@ -322,9 +325,9 @@ static int same_value(PyObject *a, PyObject *b, int depth)
 
 /* The marshal key of a record's signature: a recent one's when the parts are the same
  * values (most records repeat a few signatures), else marshal's. New reference. */
-static PyObject *signature_key(Reader *r)
+static PyObject *signature_key(Reader *r, PyObject *name)
 {
-    PyObject *parts[5] = {r->slot[F_NAME], r->slot[F_IN], r->slot[F_OUT], r->slot[F_IDT],
+    PyObject *parts[5] = {name, r->slot[F_IN], r->slot[F_OUT], r->slot[F_IDT],
                           r->slot[F_ODT]};
     for (int c = 0; c < r->n_sigs; c++) {
         int j = 0;
@@ -360,6 +363,37 @@ static PyObject *signature_key(Reader *r)
     return key;
 }
 
+/* The profiling name as the signature key holds it: tagged with the root and the
+ * reduce op when the record has them (signature.py, tag_name, says the same):
+ * "name\x1froot\x1fop", an absent or unusable part empty. New reference. */
+static PyObject *tagged_name(Reader *r)
+{
+    PyObject *name = r->slot[F_NAME], *root = r->slot[F_ROOT], *op = r->slot[F_ROP];
+    if (root != NULL) {
+        int overflow = 0;
+        long long v = PyLong_CheckExact(root) ? PyLong_AsLongLongAndOverflow(root, &overflow)
+                                              : -1;
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (overflow || v < 0 || v >= 2147483648LL)
+            root = NULL;
+    }
+    if (op != NULL && (!PyUnicode_CheckExact(op) || PyUnicode_GET_LENGTH(op) < 1 ||
+                       PyUnicode_GET_LENGTH(op) > 32))
+        op = NULL;
+    if (root == NULL && op == NULL) {
+        Py_INCREF(name);
+        return name;
+    }
+    PyObject *empty = PyUnicode_New(0, 0);
+    if (empty == NULL)
+        return NULL;
+    PyObject *out = PyUnicode_FromFormat("%U\x1f%S\x1f%S", name, root ? root : empty,
+                                         op ? op : empty);
+    Py_DECREF(empty);
+    return out;
+}
+
 /* The open record is complete: move its fields into the columns. */
 static int finish_record(Reader *r)
 {
@@ -375,7 +409,11 @@ static int finish_record(Reader *r)
     for (int f = F_PG; f < N_COLUMNS; f++) /* the others are in the int64 columns */
         if (PyList_Append(r->cols[f], r->slot[f]) < 0)
             return ERROR;
-    PyObject *key = signature_key(r);
+    PyObject *name = tagged_name(r);
+    if (name == NULL)
+        return ERROR;
+    PyObject *key = signature_key(r, name);
+    Py_DECREF(name);
     if (key == NULL) {
         if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
@@ -394,6 +432,18 @@ static int finish_record(Reader *r)
     for (int i = 0; i < 3; i++)
         if (PyList_Append(lists[i], opt[i] ? opt[i] : Py_None) < 0)
             return ERROR;
+    if (r->slot[F_INSPL] || r->slot[F_OUTSPL]) {
+        PyObject *pair = PyTuple_Pack(2, r->slot[F_INSPL] ? r->slot[F_INSPL] : Py_None,
+                                      r->slot[F_OUTSPL] ? r->slot[F_OUTSPL] : Py_None);
+        if (pair == NULL)
+            return ERROR;
+        rc = PyList_Append(r->splits, pair);
+        Py_DECREF(pair);
+    } else {
+        rc = PyList_Append(r->splits, Py_None);
+    }
+    if (rc < 0)
+        return ERROR;
     clear_slots(r);
     return 0;
 }
@@ -725,6 +775,7 @@ static void reader_free(Reader *r)
     Py_XDECREF(r->failed);
     Py_XDECREF(r->peer);
     Py_XDECREF(r->dur);
+    Py_XDECREF(r->splits);
     Py_XDECREF(r->entries);
     Py_XDECREF(r->marker);
     for (int i = 0; i < N_INTS; i++)
@@ -739,13 +790,16 @@ static void reader_free(Reader *r)
 }
 
 PyDoc_STRVAR(read_columns_doc,
-"read_columns(buf) -> (top, columns, keys, failed, peer, duration, first_has_failed) or None\n"
+"read_columns(buf) -> (top, columns, keys, failed, peer, duration, splits, first_has_failed)\n"
+"or None\n"
 "\n"
 "Read a flight-recorder dump pickle; the records of its 'entries' list come back as\n"
 "columns (profiling_name, record_id, pg_id, collective_seq_id, p2p_seq_id,\n"
 "time_created_ns, process_group, state, retired, is_p2p, time_discovered_started_ns,\n"
 "time_discovered_completed_ns), one marshal key per record, and the optional fields\n"
-"failed, peer and duration_ms (None when absent); 'top' is the top-level dict with an\n"
+"failed, peer and duration_ms (None when absent), the split sizes as (input, output) or\n"
+"None; the key's name is tagged with root and reduce_op where present; 'top' is the\n"
+"top-level dict with an\n"
 "empty 'entries'. None: not the common well-formed case, read it the standard way.");
 
 static PyObject *read_columns(PyObject *Py_UNUSED(self), PyObject *arg)
@@ -768,7 +822,8 @@ static PyObject *read_columns(PyObject *Py_UNUSED(self), PyObject *arg)
     r.failed = PyList_New(0);
     r.peer = PyList_New(0);
     r.dur = PyList_New(0);
-    if (!r.marker || !r.keys || !r.failed || !r.peer || !r.dur)
+    r.splits = PyList_New(0);
+    if (!r.marker || !r.keys || !r.failed || !r.peer || !r.dur || !r.splits)
         rc = ERROR;
     for (int f = F_PG; f < N_COLUMNS && rc == 0; f++) /* the others: int64 columns */
         if ((r.cols[f] = PyList_New(0)) == NULL)
@@ -796,9 +851,9 @@ static PyObject *read_columns(PyObject *Py_UNUSED(self), PyObject *arg)
     if (rc == 0) {
         /* (top, record_id, pg_id, collective_seq_id, p2p_seq_id, time_created_ns as
          * int64 bytes, process_group, state, retired, is_p2p, started, completed,
-         * keys, failed, peer, duration_ms, first record has 'failed') */
-        result = PyTuple_New(17);
-        PyObject *items[17] = {NULL};
+         * keys, failed, peer, duration_ms, splits, first record has 'failed') */
+        result = PyTuple_New(18);
+        PyObject *items[18] = {NULL};
         items[0] = r.top;
         Py_INCREF(r.top);
         for (int i = 0; i < N_INTS; i++)
@@ -808,22 +863,22 @@ static PyObject *read_columns(PyObject *Py_UNUSED(self), PyObject *arg)
             items[6 + f - F_PG] = r.cols[f];
             r.cols[f] = NULL;
         }
-        PyObject *rest[4] = {r.keys, r.failed, r.peer, r.dur};
-        for (int i = 0; i < 4; i++) {
+        PyObject *rest[5] = {r.keys, r.failed, r.peer, r.dur, r.splits};
+        for (int i = 0; i < 5; i++) {
             items[12 + i] = rest[i];
             Py_INCREF(rest[i]);
         }
-        items[16] = r.first_has_failed ? Py_True : Py_False;
-        Py_INCREF(items[16]);
-        for (int i = 0; i < 17; i++) {
+        items[17] = r.first_has_failed ? Py_True : Py_False;
+        Py_INCREF(items[17]);
+        for (int i = 0; i < 18; i++) {
             if (items[i] == NULL || result == NULL) {
-                for (int j = 0; j < 17; j++)
+                for (int j = 0; j < 18; j++)
                     Py_XDECREF(items[j]);
                 Py_CLEAR(result);
                 break;
             }
         }
-        for (int i = 0; result != NULL && i < 17; i++)
+        for (int i = 0; result != NULL && i < 18; i++)
             PyTuple_SET_ITEM(result, i, items[i]);
     } else if (rc == DECLINE) {
         PyErr_Clear();

@@ -66,6 +66,7 @@ from commscope.analyze.read.records import (
 )
 from commscope.analyze.read.records import end_times as record_end_times
 from commscope.analyze.read.signature import coalesced_key, decode_sig, match_key, sig_key
+from commscope.collectives import ALL_TO_ALL
 
 __all__ = ["DumpError", "Declined", "extract_dump", "finish_sigs", "COMMSCOPE_FORMAT_PREFIX"]
 
@@ -522,6 +523,8 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
                 created=cols[R_CREATED][i], index=i,
             ))
     seqs = cols[R_SEQ]
+    if len(entries) == n and any(s.op == ALL_TO_ALL for s in sigs):
+        _read_splits(dump, entries, sid, sigs, names, seqs)
     for i in _unfinished(status):
         p2p = is_p2p is not None and is_p2p[i]
         dump.pending.append((names[i], -1 if p2p else seqs[i], i))
@@ -531,6 +534,32 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     dump.first_created_ns = cols[R_CREATED][0]
     dump.last_created_ns = max(cols[R_CREATED])
     dump.wrapped = cols[R_RECORD][0] > 0
+
+
+def _split_list(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, (list, tuple)) or not 0 < len(value) <= 4096:
+        return None
+    if not all(type(x) is int and 0 <= x < 2**62 for x in value):
+        return None
+    return tuple(value)
+
+
+def _read_splits(dump: RankDump, entries: Any, sid: list[int], sigs: list[Sig],
+                 names: list[str], seqs: Any) -> None:
+    """``dump.splits`` from the all_to_all records that carry split sizes (a split list
+    that is not a list of ints >= 0 is left out, as if not recorded)."""
+    wanted = {i for i, s in enumerate(sigs) if s.op == ALL_TO_ALL}
+    for i, s in enumerate(sid):
+        if s not in wanted:
+            continue
+        e = entries[i]
+        if not isinstance(e, dict) or ("input_split_sizes" not in e
+                                       and "output_split_sizes" not in e):
+            continue
+        ins = _split_list(e.get("input_split_sizes"))
+        outs = _split_list(e.get("output_split_sizes"))
+        if ins is not None or outs is not None:
+            dump.splits[(names[i], seqs[i])] = (ins, outs)
 
 
 _PENDING_TABLE = bytes(0 if b & _DONE else 1 for b in range(256))

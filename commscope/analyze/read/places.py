@@ -2,7 +2,11 @@
 
 :func:`user_frame` picks the innermost frame that is the user's: not in torch, not in
 commscope's recorder, not in the Python standard library, not a ``typing_extensions``
-or ``c10d_logger`` wrapper. When every frame is library code, the innermost one is used.
+or ``c10d_logger`` wrapper, not code ``torch.compile`` generated (inductor's
+``c<hash>.py`` output modules, FX's ``<eval_with_key>.N``). When every frame is library
+code, the innermost one is used. Under ``torch.compile`` the user frame is then the line
+the recorder recovered from inductor's line map (a frame marked ``compiled``), else the
+compiled function itself, at its first line (the frame dynamo took over).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ Place = tuple[str, str, int, str]
 
 _LIBRARY_MARKERS = (
     "/torch/", "\\torch\\", "/commscope/flight/", "/commscope/comm/", "typing_extensions",
-    "c10d_logger", "<frozen ",
+    "c10d_logger", "<frozen ", "<eval_with_key", "torchinductor_",
 )
+_INDUCTOR_OUTPUT = re.compile(r"[/\\][a-z0-9]{2}[/\\]c[a-z0-9]{51}\.py$")
+"""Inductor's output modules (in a cache folder of any name)."""
 
 
 def _is_library(filename: str) -> bool:
-    if any(m in filename for m in _LIBRARY_MARKERS):
+    if any(m in filename for m in _LIBRARY_MARKERS) or _INDUCTOR_OUTPUT.search(filename):
         return True
     norm = filename.replace("\\", "/")
     return "/lib/python3" in norm and "site-packages" not in norm and "dist-packages" not in norm

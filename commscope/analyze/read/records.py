@@ -37,6 +37,7 @@ from operator import itemgetter, methodcaller
 from typing import Any
 
 from commscope.analyze.model import COMPLETED, FAILED, STARTED
+from commscope.analyze.read.signature import tag_name
 
 __all__ = [
     "STATE_BITS", "record_columns", "slow_columns", "short", "end_times", "reader_columns",
@@ -105,12 +106,27 @@ def _fast_columns(entries: list[Any]) -> list[Any] | None:
     try:
         (name, in_sizes, out_sizes, in_dtypes, out_dtypes, record, pg_id, seq, p2p_seq,
          created, pg, state, retired, is_p2p, t_start, t_done) = zip(*map(_get_fields, entries))
-        keys = list(map(marshal.dumps, zip(name, in_sizes, out_sizes, in_dtypes, out_dtypes),
+        tagged = _tagged_names(name, entries)
+        keys = list(map(marshal.dumps, zip(tagged, in_sizes, out_sizes, in_dtypes, out_dtypes),
                         repeat(2)))
     except (KeyError, TypeError, IndexError, AttributeError, ValueError):
         return None  # a missing field, a non-dict record, or sizes marshal cannot write
     return _checked_columns(name, record, pg_id, seq, p2p_seq, created, pg, state, retired,
                             is_p2p, t_start, t_done, keys)
+
+
+_get_root = methodcaller("get", "root")
+_get_reduce_op = methodcaller("get", "reduce_op")
+
+
+def _tagged_names(names: Sequence[Any], entries: list[Any]) -> Sequence[Any]:
+    """The profiling names as signature keys hold them (tagged with root and reduce op
+    where the records have them: ``signature.tag_name``)."""
+    roots = list(map(_get_root, entries))
+    ops = list(map(_get_reduce_op, entries))
+    if roots.count(None) == len(roots) and ops.count(None) == len(ops):
+        return names
+    return list(map(tag_name, names, roots, ops))
 
 
 def _checked_columns(name: Sequence[Any], record: Sequence[Any], pg_id: Sequence[Any],
@@ -169,14 +185,21 @@ def _checked_columns(name: Sequence[Any], record: Sequence[Any], pg_id: Sequence
 class RawFields:
     """Stands in for the records list when the columns came from the columnar reader:
     ``raw[i]`` is a dict of record ``i``'s optional fields that are read one record at
-    a time (``peer`` of p2p records, ``duration_ms`` for completion times)."""
+    a time (``peer`` of p2p records, ``duration_ms`` for completion times, the split
+    sizes of all_to_all records)."""
 
-    def __init__(self, peer: list[Any], duration: list[Any]) -> None:
+    def __init__(self, peer: list[Any], duration: list[Any],
+                 splits: list[Any] | None = None) -> None:
         self.peer = peer
         self.duration = duration
+        self.splits = splits
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"peer": self.peer[i], "duration_ms": self.duration[i]}
+        out = {"peer": self.peer[i], "duration_ms": self.duration[i]}
+        pair = self.splits[i] if self.splits is not None else None
+        if pair is not None:
+            out["input_split_sizes"], out["output_split_sizes"] = pair
+        return out
 
     def __len__(self) -> int:
         return len(self.peer)
@@ -193,14 +216,14 @@ def reader_columns(result: tuple[Any, ...]) -> tuple[list[Any], RawFields]:
     record as :func:`_checked_columns` does, more strictly), and the records' optional
     fields (``peer``, ``duration_ms``)."""
     (_top, record, pg_id, seq, p2p_seq, created, pg, state, retired, is_p2p, t_start,
-     t_done, keys, failed, peer, duration, first_has_failed) = result
+     t_done, keys, failed, peer, duration, splits, first_has_failed) = result
     cols = [_int64s(record), _int64s(pg_id), pg, _int64s(seq), _int64s(p2p_seq), None,
             _int64s(created), None, None, None, None, state, retired, is_p2p, t_start, t_done,
             None, None, keys]
     # As _failed_column: only when the first record has the field, and some are True.
     if first_has_failed and True in failed:
         cols[R_RETIRED] = [FAILED if f is True else r for r, f in zip(cols[R_RETIRED], failed)]
-    return cols, RawFields(peer, duration)
+    return cols, RawFields(peer, duration, splits)
 
 
 def _opt_int(e: dict[str, Any], key: str, default: Any, problems: Counter[str],
@@ -268,7 +291,9 @@ def _norm_entry(e: Any, i: int, problems: Counter[str]) -> tuple[Any, ...] | Non
     peer = _opt_int(e, "peer", None, problems, allow_none=True)
     return (
         _opt_int(e, "record_id", -1, problems), pg_id, group, seq,
-        _opt_int(e, "p2p_seq_id", 0, problems), name, _opt_int(e, "time_created_ns", 0, problems),
+        _opt_int(e, "p2p_seq_id", 0, problems),
+        tag_name(name, e.get("root"), e.get("reduce_op")),
+        _opt_int(e, "time_created_ns", 0, problems),
         e.get("input_sizes", e.get("sizes", [])), e.get("input_dtypes", []),
         e.get("output_sizes", []), e.get("output_dtypes", []), state, retired, is_p2p,
         times[0], times[1], dur, peer,

@@ -230,6 +230,10 @@ ENTRY_FIELDS = ("record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id",
 
 
 _N_FIELDS = len(ENTRY_FIELDS)
+_AGREE_FIELDS = ("root", "reduce_op", "input_split_sizes", "output_split_sizes")
+"""``commscope_agree`` maps a record id to these, what every rank must pass alike
+(:mod:`commscope.flight.record.arguments`); kept beside the entry lists so that a reader
+of an older version still reads those lists."""
 
 
 def entry_dict(item: Any, frame_table: list[Any]) -> dict[str, Any] | None:
@@ -254,10 +258,18 @@ def entry_dict(item: Any, frame_table: list[Any]) -> dict[str, Any] | None:
 def as_dump(record: dict[str, Any], config: dict[str, Any] | None) -> dict[str, Any]:
     """The dump dict the analyzer reads for one progress record (see module doc)."""
     out = {k: v for k, v in record.items()
-           if k not in ("commscope_watch", "entries", "frame_table")}
+           if k not in ("commscope_watch", "entries", "frame_table", "commscope_agree")}
     table = record.get("frame_table") if isinstance(record.get("frame_table"), list) else []
     entries = record.get("entries") if isinstance(record.get("entries"), list) else []
     out["entries"] = [e for e in (entry_dict(x, table) for x in entries) if e is not None]
+    agree = record.get("commscope_agree")
+    if isinstance(agree, dict):
+        for e in out["entries"]:
+            found = agree.get(str(e["record_id"]))
+            if isinstance(found, list) and len(found) == 4:
+                for name, value in zip(_AGREE_FIELDS, found):
+                    if value is not None:
+                        e[name] = value
     out.setdefault("version", "2.10")
     out["commscope_format"] = "commscope.flight/1"
     out["dump_reason"] = "watch"

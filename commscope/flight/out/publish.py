@@ -361,7 +361,12 @@ class Publisher:
         table: list[dict[str, Any]] = []
         index: dict[int, int] = {}
         out_entries = []
+        agree: dict[str, list[Any]] = {}
         for e in keep:
+            if e.agree is not None:
+                root, op, in_splits, out_splits = e.agree
+                agree[str(e.record_id)] = [root, op, in_splits and list(in_splits),
+                                           out_splits and list(out_splits)]
             refs = []
             for frame in frame_dicts(trim_to_user(e.frames, progress.RECORD_FRAMES), cache):
                 at = index.get(id(frame))
@@ -388,6 +393,8 @@ class Publisher:
             if marked:
                 signals["commscope_signal_records"] = marked
         channels = self._channels.fields(keep)
+        if agree:  # beside the entries: an older reader's fixed-length entry lists stay
+            signals["commscope_agree"] = agree
         return {**signals, **channels,
             "commscope_watch": progress.VERSION,
             "rank": rec.global_rank,

@@ -16,6 +16,9 @@ what it did last. So every commscope dump also carries:
 
 Each frame is ``{"filename", "line", "name", "code"}``; ``code`` is the stripped
 source line (what the thread is calling), at most :data:`MAX_CODE_CHARS` characters.
+Under ``torch.compile``, a frame of inductor's generated code is preceded by the user's
+lines it was compiled from, marked ``"compiled": True``
+(:func:`commscope.flight.record.stack.with_compiled_source`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,12 @@ import traceback
 from types import FrameType, TracebackType
 from typing import Any
 
-from commscope.flight.record.stack import USER_FRAMES, is_library
+from commscope.flight.record.stack import (
+    USER_FRAMES,
+    is_generated,
+    is_library,
+    with_compiled_source,
+)
 
 __all__ = ["thread_stacks", "exception_record", "walk_stack", "MAX_THREADS", "MAX_CODE_CHARS",
            "MAX_MESSAGE_CHARS", "OWN_THREAD_PREFIX"]
@@ -71,9 +79,11 @@ def walk_stack(frame: FrameType | None, limit: int) -> list[dict[str, Any]]:
             if not is_library(code):
                 out.append(_frame_dict(code.co_filename, frame.f_lineno or 0, code.co_name))
                 kept += 1
+            elif is_generated(code):  # torch.compile's: the user's line is worked out from it
+                out.append(_frame_dict(code.co_filename, frame.f_lineno or 0, code.co_name))
             frame = frame.f_back
             walked += 1
-    return out
+    return with_compiled_source(out)
 
 
 def thread_stacks(max_frames: int) -> list[dict[str, Any]]:
@@ -105,7 +115,8 @@ def exception_record(exc: BaseException | None, max_frames: int) -> dict[str, An
         return None
     tb: TracebackType | None = exc.__traceback__
     summary = traceback.extract_tb(tb)[-max(1, max_frames):] if tb is not None else []
-    frames = [_frame_dict(fs.filename, fs.lineno or 0, fs.name) for fs in reversed(summary)]
+    frames = with_compiled_source(
+        [_frame_dict(fs.filename, fs.lineno or 0, fs.name) for fs in reversed(summary)])
     try:
         message = str(exc)
     except Exception as err:  # a hostile __str__ must not stop the dump

@@ -1,9 +1,11 @@
 """One record of the flight recorder: what a rank asked one process group to do.
 
 Field names and meanings follow PyTorch's flight-recorder entries (schema "2.10"), so a
-dump is readable by PyTorch's ``fr_trace`` as well as by :mod:`commscope.analyze`. Two
-fields are ours: ``peer`` (the global rank of a p2p op's other side) and ``mesh_axis``
-(the axis name of a group whose description is ``mesh_<axis>``).
+dump is readable by PyTorch's ``fr_trace`` as well as by :mod:`commscope.analyze`. Some
+fields are ours: ``peer`` (the global rank of a p2p op's other side), ``mesh_axis``
+(the axis name of a group whose description is ``mesh_<axis>``), ``failed``, and, where
+they apply, ``root``, ``reduce_op``, ``input_split_sizes`` and ``output_split_sizes``
+(what every rank must pass alike: :mod:`commscope.flight.record.arguments`).
 
 An entry never holds a tensor: shapes are ``torch.Size`` tuples of ints, dtypes are c10
 names such as ``"Float"``, and the Python stack is kept as (code object, instruction
@@ -16,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import CodeType
 from typing import Any
+
+from commscope.flight.record.stack import with_compiled_source
 
 __all__ = ["Entry", "SCHEDULED", "STARTED", "COMPLETED", "entry_to_dict"]
 
@@ -33,6 +37,7 @@ class Entry:
     """
 
     __slots__ = (
+        "agree",
         "collective_seq_id",
         "device",
         "duration_ms",
@@ -90,6 +95,9 @@ class Entry:
     polled: bool
     device: Any
     """The first tensor's device; set only for polled (NCCL/XCCL) entries."""
+    agree: tuple[Any, Any, Any, Any] | None
+    """What every rank must pass alike: ``(root, reduce_op, input_splits, output_splits)``
+    (see :mod:`commscope.flight.record.arguments`), ``None`` when nothing applies."""
 
     @property
     def thread_name(self) -> str:
@@ -150,7 +158,9 @@ def line_of(code: CodeType, offset: int) -> int | None:
 
 
 def frame_dicts(raw: Sequence[Any], cache: FrameCache) -> list[dict[str, Any]]:
-    """Frame dicts of a raw ``[code, offset, ...]`` stack (one dict per distinct frame)."""
+    """Frame dicts of a raw ``[code, offset, ...]`` stack (one dict per distinct frame;
+    code torch.compile generated is preceded by the user's lines it came from:
+    :func:`commscope.flight.record.stack.with_compiled_source`)."""
     out = []
     for i in range(0, len(raw) - 1, 2):
         key = (raw[i], raw[i + 1])
@@ -165,7 +175,7 @@ def frame_dicts(raw: Sequence[Any], cache: FrameCache) -> list[dict[str, Any]]:
             }
             cache[key] = frame
         out.append(frame)
-    return out
+    return with_compiled_source(out)  # under torch.compile: the user's compiled lines
 
 
 def entry_to_dict(
@@ -174,8 +184,10 @@ def entry_to_dict(
     """The entry as a plain dict in PyTorch's field order, ready for pickle or JSON.
 
     ``duration_ms`` is present only when it was measured (timing on, work completed),
-    as in PyTorch's dumps. ``failed`` (ours) is true for a collective that ended with an
-    error: it is retired but not completed.
+    as in PyTorch's dumps. ``root``, ``reduce_op``, ``input_split_sizes`` and
+    ``output_split_sizes`` (ours) are present where they apply and were read.
+    ``failed`` (ours) is true for a collective that ended with an error: it is retired
+    but not completed.
     """
     cache: FrameCache = {} if frame_cache is None else frame_cache
     out: dict[str, Any] = {
@@ -206,4 +218,15 @@ def entry_to_dict(
     }
     if entry.duration_ms is not None:
         out["duration_ms"] = entry.duration_ms
+    agree = entry.agree
+    if agree is not None:
+        root, reduce_op, in_splits, out_splits = agree
+        if root is not None:
+            out["root"] = root
+        if reduce_op is not None:
+            out["reduce_op"] = reduce_op
+        if in_splits is not None:
+            out["input_split_sizes"] = list(in_splits)
+        if out_splits is not None:
+            out["output_split_sizes"] = list(out_splits)
     return out

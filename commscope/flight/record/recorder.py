@@ -40,6 +40,7 @@ from typing import Any
 from commscope.collectives import normalize_dtype_name
 from commscope.compat import has, work_failed
 from commscope.flight.config import FlightConfig
+from commscope.flight.record.arguments import READERS as _READERS
 from commscope.flight.record.creations import Creation, Creations
 from commscope.flight.record.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.record.groups import POLLED_BACKENDS, GroupInfo
@@ -272,6 +273,8 @@ class Recorder:
             now = time_ns()
             e.time_created_ns = now
             inputs, outputs, peer = describe(args, kwargs)
+            read = _READERS.get(op)
+            e.agree = read(args, kwargs, info) if read is not None else None
             if len(inputs) == 1 and not isinstance(x := inputs[0], (list, tuple)):
                 dtype = x.dtype
                 in_sizes: Sequence[Any] = (x.shape,)
