@@ -312,6 +312,8 @@ class StoreSource:
         :data:`~commscope.flight.out.progress.DUMP_REQUEST_EVERY_S`, so a request soon
         after another is answered when that time has passed."""
         n = int(self._call("add", self._store.add, progress.dump_key(self.tid), 1))
+        self._call("set", self._store.set, progress.dump_time_key(self.tid, n),
+                   str(time.time_ns()))
         self._call("set", self._store.set, progress.dump_proof_key(self.tid, n),
                    progress.dump_proof(self.address.token, self.tid, n))
         return n

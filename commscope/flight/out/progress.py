@@ -74,6 +74,7 @@ __all__ = [
     "config_key",
     "dump_key",
     "dump_proof_key",
+    "dump_time_key",
     "dump_proof",
     "proof",
     "is_proof",
@@ -157,6 +158,12 @@ def dump_key(tid: str) -> str:
 def dump_proof_key(tid: str, n: int) -> str:
     """Where the proof of ``commscope dump``'s request number ``n`` is written."""
     return f"{ROOT}/{tid}/dump_proof/{n}"
+
+
+def dump_time_key(tid: str, n: int) -> str:
+    """When (``time_ns`` on the asker's clock) request number ``n`` was made: a rank
+    that looks for requests the first time answers those made after it started."""
+    return f"{ROOT}/{tid}/dump_time/{n}"
 
 
 DUMP_REQUEST_EVERY_S = 5.0

@@ -34,7 +34,7 @@ from typing import Any
 
 from commscope.flight.out import progress
 from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
-from commscope.flight.out.requests import ProvenRequests, RateLimit
+from commscope.flight.out.requests import WINDOW, ProvenRequests, RateLimit
 from commscope.flight.out.threads import walk_stack
 from commscope.flight.record.entry import COMPLETED, frame_dicts
 from commscope.flight.record.recorder import Recorder
@@ -43,6 +43,9 @@ from commscope.flight.record.stack import trim_to_user
 __all__ = ["Publisher", "root_store", "store_address", "set_step", "TOKEN_ENV", "FILE_ENV"]
 
 logger = logging.getLogger(__name__)
+_START_SLACK_NS = 1_000_000_000
+"""A request this much older than the rank's start still counts as made after it (the
+asker's clock may be on another host)."""
 
 TOKEN_ENV = "COMMSCOPE_WATCH_TOKEN"
 FILE_ENV = "COMMSCOPE_WATCH_FILE"
@@ -155,6 +158,10 @@ class Publisher:
         self._count = 0
         self._config_sig: Any = None
         self._requests: ProvenRequests | None = None
+        self._started_ns = time.time_ns()
+        """When this rank began (its recorder's publisher was made): requests made
+        before it are an earlier attempt's; later ones it answers, even when its first
+        look at the store comes after them."""
         """``commscope dump``'s requests (under this token) read so far."""
         self._requests_key = ""
         self._dump_limit = RateLimit(1, progress.DUMP_REQUEST_EVERY_S)
@@ -263,12 +270,22 @@ class Publisher:
         key = progress.dump_key(self.tid)
         n = int(store.add(key, 0)) if store.check([key]) else 0
         requests = self._requests
-        if requests is None or self._requests_key != key:
-            # requests made before this rank started (or under another token) are old news
-            self._requests = ProvenRequests("`commscope dump` request", seen=n)
-            self._requests_key = key
-            return
         tid, token = self.tid, self.token
+        if requests is None or self._requests_key != key:
+            # requests made before this rank started (or under another token) are old
+            # news; those made since (it may look the first time well after starting)
+            # are not. A request with no time (an older asker) counts as old.
+            seen = n
+            while seen > max(0, n - WINDOW):
+                time_key = progress.dump_time_key(tid, seen)
+                asked = bytes(store.get(time_key)) if store.check([time_key]) else b""
+                if not asked.isdigit() or int(asked) < self._started_ns - _START_SLACK_NS:
+                    break
+                seen -= 1
+            requests = self._requests = ProvenRequests("`commscope dump` request", seen=seen)
+            self._requests_key = key
+            if seen == n:
+                return
 
         def read(i: int) -> bytes | None:
             proof_key = progress.dump_proof_key(tid, i)
