@@ -1058,6 +1058,40 @@ def compiled_graph_break_missing(rank: int, world: int) -> None:
     hang()
 
 
+# ---- evidence-weighed mismatches: the rank gloo kills can be the culprit (issue 32 item 1)
+
+
+def small_buffer_killed(rank: int, world: int) -> None:
+    """Rank 3 posts a 2-float buffer for the weights rank 0 broadcasts (16 384 floats): gloo
+    aborts rank 3, the one that was wrong; ranks 0-2 agree, finish the broadcast, and wait
+    in the next all_reduce until the launcher stops them."""
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    weights = torch.ones(2 if rank == 3 else 1 << 14)
+    dist.broadcast(weights, 0)
+    dist.all_reduce(t)
+    hang()
+
+
+def small_buffer_killed_tp(rank: int, world: int) -> None:
+    """On a 2 x 4 mesh (dp, tp), tp rank 1 of the second replica (global rank 5) posts a
+    buffer too small for its tp group's broadcast from rank 4: gloo aborts rank 5; ranks 4,
+    6, 7 agree and go on to the tp all_reduce, and the first replica waits in dp."""
+    mesh = _mesh((2, 4), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t, group=tp)
+        dist.all_reduce(t, group=dp)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    shard = torch.ones(2 if rank == 5 else 1 << 14)
+    dist.broadcast(shard, dist.get_global_rank(tp, 0), group=tp)
+    dist.all_reduce(t, group=tp)
+    dist.all_reduce(t, group=dp)
+    hang()
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("healthy", 3, healthy, Expect("healthy", "healthy"), Expect("healthy", "healthy")),
     Scenario("mesh2d_healthy", 4, mesh2d_healthy, Expect("healthy", "healthy"),
@@ -1249,6 +1283,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                                 "torch_dynamo_resume", "_functional_collectives.py",
                                 " in call.", " in call ("]),
              timeout_s=5.0),
+    # ---- the rank gloo kills can be the culprit (issue 32 item 1)
+    Scenario("small_buffer_killed", 4, small_buffer_killed,
+             Expect("crash", "size_mismatch", [3], victims=[], says=["agree"])),
+    Scenario("small_buffer_killed_tp", 8, small_buffer_killed_tp,
+             Expect("crash", "size_mismatch", [5], victims=[], group="mesh_tp",
+                    says=["agree"], live_kind="crashed_rank")),
 ]}
 
 

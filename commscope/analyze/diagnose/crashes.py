@@ -15,11 +15,13 @@ Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findi
    SIGUSR1, which asks for a dump and stops nothing). A signal is never a cause next to
    any other reason: torchrun's SIGTERM to the survivors of a failure comes after it.
 2. Ranks without a dump whose fatal log says they aborted, at the very line where a
-   survivor issued its newest record of a group they belong to, were killed by a size
-   mismatch in that call (:func:`killed_by_mismatch`; gloo aborts a rank that receives
-   a message of another size than it posted): they no longer count as crashed. A
-   blocking mismatch the survivors already disagree on in that call lists them as
-   waiting; else a ``size_mismatch`` names the survivors' own op.
+   survivor issued one of its newest records of a group they belong to (finished or
+   not), were killed by a size mismatch in that call (:func:`killed_by_mismatch`; gloo
+   aborts a rank that receives a message of another size than it posted): they no
+   longer count as crashed. Who was wrong is weighed: a mismatch the survivors already
+   disagree on in that call stands and lists them as victims; survivors (two or more,
+   outnumbering the dead) that agree on the call make the dead ranks the culprits; else
+   a ``size_mismatch`` names the survivors' own op with the dead as its victims.
 3. Victims: ranks whose recent work (the last four records of a group, or of send/recv)
    failed, or who dumped on a communication error.
 4. Findings (:func:`crash_findings`): ranks without a dump, one ``crashed_rank`` per
@@ -49,6 +51,7 @@ from commscope.analyze.diagnose.wording import record_op, record_status
 from commscope.analyze.model import COMPLETED, FAILED, RETIRED, Finding
 from commscope.analyze.read.places import user_frame
 from commscope.analyze.text import frame_text, ms, place_text, ranks_phrase
+from commscope.collectives import ALL_TO_ALL
 
 __all__ = ["crash_reasons", "killed_by_mismatch", "crash_findings", "is_comm_error"]
 
@@ -287,13 +290,53 @@ def _fatal_text(ctx: Context, ranks: list[int]) -> str:
 _DIED = "their own sizes died with them"
 
 
-def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
-                        findings: list[Finding]) -> list[Finding]:
-    """Step 2: ranks that aborted inside the very call a surviving rank still waits in.
+_LOOKBACK = 16
+"""How many of a survivor's newest records of a group are searched for the call a dead
+rank died in (the survivors may have finished it and gone on before they dumped)."""
 
-    gloo aborts a rank that receives a message of another size than it posted, so
-    those ranks are the victims of a size mismatch in that call, not its cause: the
-    survivors' own op is named (or the mismatch the survivors already disagree on)."""
+
+def _call_died_in(ctx: Context, dead_at: dict[tuple[str, int], list[int]]
+                  ) -> tuple[str, int, int, int, list[int]] | None:
+    """``(group, seq, survivor, index, dead ranks)``: the newest record of a surviving
+    rank at the very line where ranks died in native code, among each survivor's
+    :data:`_LOOKBACK` newest records of each group; ``None`` when there is none."""
+    best: tuple[int, tuple[str, int, int, int, list[int]]] | None = None
+    for r, d in sorted(ctx.load.dumps.items()):
+        for group, t in sorted(d.tracks.items()):
+            g = ctx.groups.get(group)
+            for k in range(len(t) - 1, max(-1, len(t) - 1 - _LOOKBACK), -1):
+                index = t.index[k]
+                if index < 0:
+                    continue
+                frame = ctx.frames.frame(r, index)
+                dead = dead_at.get((frame[1], frame[2])) if frame else None
+                if not dead or g is None or not set(dead) <= set(g.ranks):
+                    continue
+                created = t.created[k]
+                if best is None or created > best[0]:
+                    best = (created, (group, t.lo + k, r, index, dead))
+                break
+    return best[1] if best else None
+
+
+def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
+                       findings: list[Finding]) -> list[Finding]:
+    """Step 2: ranks that aborted inside a call the surviving ranks issued too.
+
+    gloo aborts a rank that receives a message of another size than it posted. Whether
+    that rank was wrong is weighed from every rank's evidence, the same whether or not
+    the survivors had finished that call and gone on before they dumped (their newest
+    records of the group are searched for it):
+
+    * the survivors disagree about the call (a mismatch finding is already there): its
+      culprits stand and the dead ranks are its victims;
+    * at least two survivors agree on the call and they outnumber the dead: the dead
+      rank(s) are the only ones that can have disagreed, so they are the culprits (their
+      own sizes died with them);
+    * otherwise (one survivor, or as many dead as alive): the survivors' size is the
+      finding and the dead ranks its victims, as gloo kills the receivers of a sender
+      that sent more than they posted.
+    """
     dead_at: dict[tuple[str, int], list[int]] = {}
     for r, why in reasons.items():
         log = ctx.load.fatal.get(r)
@@ -302,52 +345,77 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
             dead_at.setdefault((frame[1], frame[2]), []).append(r)
     if not dead_at:
         return findings
+    call = _call_died_in(ctx, dead_at)
+    if call is None:
+        return findings
+    group, seq, r, index, dead = call
     out = list(findings)
-    for r, d in sorted(ctx.load.dumps.items()):
-        # the survivor's newest record of each group (a root's broadcast may have
-        # finished sending before its receivers aborted)
-        lasts = [(group, t.hi, t.index[len(t) - 1]) for group, t in sorted(d.tracks.items())
-                 if len(t)]
-        for group, seq, index in lasts:
-            frame = ctx.frames.frame(r, index)
-            dead = dead_at.get((frame[1], frame[2])) if frame else None
-            g = ctx.groups.get(group)
-            if not dead or g is None or not set(dead) <= set(g.ranks):
-                continue
-            survivors = sorted(q for q in g.ranks if q in ctx.load.dumps
-                               and ctx.sig(q, group, seq) is not None)
-            for q in dead:
-                reasons.pop(q, None)
-            what = ctx.op_at(r, group, seq)
-            sig = ctx.sig(r, group, seq)
-            sizes = sig.sizes_text() if sig else "its sizes"
-            died = (f"{ranks_phrase(dead)} aborted (gloo aborts a rank that receives a "
-                    "message of another size than it posted), so "
-                    f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
-                    "mismatch in that call, not its cause; "
-                    f"{'its own sizes died with it' if len(dead) == 1 else _DIED} "
-                    f"({', '.join(os.path.basename(ctx.load.fatal[q].path) for q in dead)}).")
-            victims = died[0].upper() + died[1:]
-            known = next((f for f in out if f.blocking and f.group is not None
-                          and f.group.key == group and f.collective_seq_id == seq
-                          and f.kind in MISMATCH_KINDS), None)
-            if known is not None:
-                known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
-                known.victims = sorted(set(known.victims) | set(dead))
-                known.message += " " + victims
-                known.details["killed"] = True
-                return out
-            waiting = sorted((reaching(set(survivors), graph) | set(dead)) - set(survivors))
-            out.append(Finding(
-                kind="size_mismatch", group=g, collective_seq_id=seq,
-                op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
-                blocking=True, victims=sorted(dead), details={"shape": "killed", "killed": True},
-                message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
-                         f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
-                         f"{died}"),
-            ))
-            return out
+    g = ctx.groups[group]
+    frame = ctx.frames.frame(r, index)
+    survivors = sorted(q for q in g.ranks if q in ctx.load.dumps
+                       and ctx.sig(q, group, seq) is not None)
+    for q in dead:
+        reasons.pop(q, None)
+    what = ctx.op_at(r, group, seq)
+    sig = ctx.sig(r, group, seq)
+    sizes = sig.sizes_text() if sig else "its sizes"
+    logs = ", ".join(os.path.basename(ctx.load.fatal[q].path) for q in dead)
+    gloo = "gloo aborts a rank that receives a message of another size than it posted"
+    known = next((f for f in out if f.blocking and f.group is not None
+                  and f.group.key == group and f.collective_seq_id == seq
+                  and f.kind in MISMATCH_KINDS), None)
+    if known is not None:
+        died = (f"{ranks_phrase(dead)} aborted ({gloo}), so "
+                f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
+                "mismatch in that call, not its cause; "
+                f"{'its own sizes died with it' if len(dead) == 1 else _DIED} ({logs}).")
+        known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
+        known.victims = sorted(set(known.victims) | set(dead))
+        known.message += " " + died[0].upper() + died[1:]
+        known.details["killed"] = True
+        return out
+    keys = {_match_key(ctx, q, group, seq) for q in survivors}
+    # all_to_all sizes differ by design: agreeing survivors say nothing of the dead there
+    comparable = sig is not None and sig.op != ALL_TO_ALL
+    if comparable and len(survivors) >= 2 and len(keys) == 1 and len(survivors) > len(dead):
+        waiting = sorted(reaching(set(dead), graph) - set(dead))
+        out.append(Finding(
+            kind="size_mismatch", group=g, collective_seq_id=seq,
+            op=sig.op if sig else None, culprit_ranks=sorted(dead), waiting_ranks=waiting,
+            blocking=True, victims=[],
+            details={"shape": "killed", "killed": True, "dead_culprit": True},
+            message=(f"{ranks_phrase(dead).capitalize()} died inside {what} of {g.label()} "
+                     f"at {frame_text(_fatal_frame(ctx, dead[0]))} ({gloo}), while "
+                     f"{ranks_phrase(survivors)}, who agree on that call ({sizes}, at "
+                     f"{frame_text(frame)}), came through it: "
+                     f"{'it is the one rank' if len(dead) == 1 else 'they are the ranks'} "
+                     "that can have disagreed, so "
+                     f"{'it passed' if len(dead) == 1 else 'they passed'} other sizes "
+                     f"({'its own sizes died with it' if len(dead) == 1 else _DIED}: "
+                     f"{logs})."),
+        ))
+        return out
+    waiting = sorted((reaching(set(survivors), graph) | set(dead)) - set(survivors))
+    died = (f"{ranks_phrase(dead)} aborted ({gloo}), so "
+            f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
+            "mismatch in that call, not its cause; "
+            f"{'its own sizes died with it' if len(dead) == 1 else _DIED} ({logs}).")
+    out.append(Finding(
+        kind="size_mismatch", group=g, collective_seq_id=seq,
+        op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
+        blocking=True, victims=sorted(dead), details={"shape": "killed", "killed": True},
+        message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
+                 f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
+                 f"{died}"),
+    ))
     return out
+
+
+def _match_key(ctx: Context, rank: int, group: str, seq: int) -> int | None:
+    t = ctx.load.dumps[rank].tracks.get(group)
+    if t is None or t.mk is None or not t.lo <= seq <= t.hi:
+        return None
+    return t.mk[seq - t.lo]
 
 
 def _wait_edges_to(graph: WaitGraph, targets: set[int]) -> list[Wait]:
