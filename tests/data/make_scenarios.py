@@ -1058,6 +1058,22 @@ def compiled_graph_break_missing(rank: int, world: int) -> None:
     hang()
 
 
+# ---- one root cause, one finding (issue 32 item 5)
+
+
+def skip_then_size_abort(rank: int, world: int) -> None:
+    """Rank 1 skips the third gradient all_reduce (4 floats) and goes on to the loss
+    all_reduce (8 floats), which the others have not reached: gloo meets 8 floats against
+    4 in one call and aborts a rank over it, a consequence of the skip."""
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank != 1:
+        dist.all_reduce(t)
+    dist.all_reduce(torch.ones(8))
+    hang()
+
+
 # ---- evidence-weighed mismatches: the rank gloo kills can be the culprit (issue 32 item 1)
 
 
@@ -1289,6 +1305,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("small_buffer_killed_tp", 8, small_buffer_killed_tp,
              Expect("crash", "size_mismatch", [5], victims=[], group="mesh_tp",
                     says=["agree"], live_kind="crashed_rank")),
+    # ---- one root cause, one finding (issue 32 item 5)
+    Scenario("skip_then_size_abort", 4, skip_then_size_abort,
+             Expect("hang", "missing_rank", [1], waiting=[0, 2, 3], says=["skipped"])),
 ]}
 
 

@@ -10,7 +10,7 @@ dump. Whatever the history:
 * the text report, the JSON, the Perfetto trace and the HTML report state the same
   verdict, and the groups table never shows a rank waiting under a healthy verdict;
 * no finding names a rank both as a culprit and as waiting, and every rank it names
-  is one of the job's.
+  is one of the job's; no finding blames a rank an earlier finding names as its victim.
 """
 
 from __future__ import annotations
@@ -83,7 +83,12 @@ def test_unfinished_work_is_never_healthy_and_every_view_agrees(history):
         if a.verdict == "healthy":
             table = text.split("groups:", 1)[-1]
             assert " wait" not in table and "never came" not in table, text
+        victims: set[int] = set()
         for f in a.findings:
             assert not set(f.culprit_ranks) & set(f.waiting_ranks), story
             assert set(f.culprit_ranks) | set(f.waiting_ranks) <= set(range(world)), story
+            # one root cause, one finding: no later finding blames an earlier one's victim
+            if f.kind != "healthy":
+                assert not set(f.culprit_ranks) & victims, story
+            victims |= set(f.victims)
         assert os.path.isdir(tmp)

@@ -603,9 +603,39 @@ def diagnose(ctx: Context, straggler_ms: float = 50.0,
     if running is not None:  # a running job dumped on demand: its waits are in flight
         findings = [f for f in findings if f.kind not in _WAIT_KINDS] + [running]
     findings.sort(key=_sort_key)
+    findings = _fold_consequences(findings)
     if not findings:
         findings.append(_healthy(ctx))
     return findings
+
+
+_NOTES = ("healthy", "straggler", "thread_died", "truncated_history", "unreadable_dump",
+          "dumps_elsewhere")
+"""Kinds that blame nobody for the job's state: never folded under a fault."""
+
+
+def _fold_consequences(findings: list[Finding]) -> list[Finding]:
+    """One root cause, one finding: a later finding whose culprits are all victims of an
+    earlier fault (ranks it killed or took down with it) is that fault's consequence. It
+    is listed under the fault (its message and ``details["consequences"]``), never as a
+    fault of its own, so no finding blames a rank another one calls a victim."""
+    out: list[Finding] = []
+    owners: list[tuple[Finding, set[int]]] = []
+    for f in findings:
+        blamed = set(f.culprit_ranks)
+        owner = next((o for o, victims in owners if blamed and blamed <= victims), None)
+        if owner is not None and f.kind not in _NOTES:
+            owner.details.setdefault("consequences", []).append(f.kind)
+            owner.message += (f" As a consequence, {ranks_phrase(sorted(blamed))} "
+                              f"{'shows' if len(blamed) == 1 else 'show'} a {f.kind} of "
+                              f"{f.group.label() if f.group is not None else 'the job'}"
+                              f"{f' at #{f.collective_seq_id}' if f.collective_seq_id else ''}"
+                              ", which is not a fault of its own.")
+            continue
+        out.append(f)
+        if f.victims:
+            owners.append((f, set(f.victims)))
+    return out
 
 
 def _behind(ctx: Context, rank: int) -> bool:
