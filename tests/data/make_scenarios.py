@@ -861,6 +861,21 @@ def reduce_op_mismatch(rank: int, world: int) -> None:
     finish()
 
 
+def reduce_op_mismatch_mesh(rank: int, world: int) -> None:
+    """On a 2 x 4 mesh (dp, tp), rank 6 reduces its gradient norm over dp with MAX where
+    its dp peer (rank 2) sums: a silent desync in one dp group, the job runs on."""
+    mesh = _mesh((2, 4), ("dp", "tp"))
+    dp, tp = mesh.get_group("dp"), mesh.get_group("tp")
+    t = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(t, group=tp)
+        norm = torch.full((1,), float(rank))
+        op = dist.ReduceOp.MAX if rank == 6 else dist.ReduceOp.SUM
+        dist.all_reduce(norm, op=op, group=dp)
+    dist.barrier()
+    finish()
+
+
 def _moe_exchange(rank: int, world: int, splits: list[int], group: Any = None) -> None:
     n = len(splits)
     tokens = torch.ones(sum(splits), 8)
@@ -1257,6 +1272,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              Expect("hang", "root_mismatch", [3], says=["root 3", "root 0"])),
     Scenario("reduce_op_mismatch", 3, reduce_op_mismatch,
              Expect("desync", "reduce_op_mismatch", [1], says=["MAX", "SUM"]), live=False),
+    Scenario("reduce_op_mismatch_mesh", 8, reduce_op_mismatch_mesh,
+             # two ranks per dp group: no majority, both sides named (a tie)
+             Expect("desync", "reduce_op_mismatch", [2, 6], group="mesh_dp",
+                    says=["MAX", "SUM", "no side has a majority"]), live=False),
     Scenario("a2a_stale_splits", 4, a2a_stale_splits,
              Expect("hang", "split_mismatch", [2], says=["split sizes", "for itself"],
                     live_kind="crashed_rank")),

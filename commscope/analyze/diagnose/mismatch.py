@@ -130,11 +130,12 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     tail = "" if m.pending else "; it completed, so the job went on with wrong data"
     frames = {culprit: ctx.frame_at(culprit, key, m.seq)}
     if m.tie:
-        variants = "; ".join(
-            f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq), ctx)}"
-            for _, rs in sorted(m.by_key.items()))
         kind = _sig_kind(ctx, ctx.sig(m.culprits[0], key, m.seq),
                          ctx.sig(m.culprits[-1], key, m.seq))
+        every = kind == "reduce_op_mismatch"  # then SUM is worth saying too
+        variants = "; ".join(
+            f"{ranks_phrase(rs)}: {_sig_text(ctx.sig(rs[0], key, m.seq), ctx, every)}"
+            for _, rs in sorted(m.by_key.items()))
         msg = (f"The ranks of {g.label()} disagree about collective #{m.seq} and no side has "
                f"a majority ({variants}); {ranks_phrase(m.culprits[:1])} called it at {where}"
                f"{tail}.")
