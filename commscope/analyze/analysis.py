@@ -39,6 +39,7 @@ from commscope.analyze.read.archive import is_archive_name
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.read.inputs import Unpacking, gather
 from commscope.analyze.read.load import load_dumps
+from commscope.analyze.summary import stuck_lines
 
 __all__ = ["FORMAT", "Analysis", "analyze", "analyze_loaded"]
 
@@ -65,6 +66,8 @@ class Analysis:
     extra: dict[str, Any] = field(default_factory=dict)
     hosts: HostMap = field(default_factory=lambda: HostMap({}))
     """Where every rank ran (from the dumps' places and host tables)."""
+    stuck: list[str] = field(default_factory=list)
+    """One line per stuck place, for the top of every report (:mod:`~.summary`)."""
 
     @property
     def root_cause(self) -> Finding:
@@ -87,6 +90,7 @@ class Analysis:
             "findings": [f.to_json() for f in self.findings],
             "hosts": host_rows(self.hosts, set(self.loaded), self.findings),
             "exclude_hosts": hosts_to_exclude(self.hosts, self.findings),
+            "stuck": list(self.stuck),
         }
 
 
@@ -118,6 +122,7 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
         load=load,
         elapsed_s=time.perf_counter() - start,
         hosts=ctx.hosts,
+        stuck=stuck_lines(findings, load, groups, ctx.hosts),
     )
 
 

@@ -55,6 +55,15 @@
     app.appendChild(ranks);
   }
 
+  function stuck(app, data) {
+    var lines = data.analysis.stuck || [];
+    if (!lines.length) { return; }
+    app.appendChild(el("h2", null, "Where it is stuck"));
+    var list = el("ul", { "class": "stuck", id: "stuck" });
+    lines.forEach(function (line) { list.appendChild(el("li", null, line)); });
+    app.appendChild(list);
+  }
+
   function findings(app, data) {
     app.appendChild(el("h2", null, "Findings, root cause first"));
     var list = el("ol", { "class": "findings", id: "findings" });
@@ -183,6 +192,7 @@
     var data = JSON.parse(document.getElementById("commscope-data").textContent);
     app.textContent = "";
     header(app, data);
+    stuck(app, data);
     findings(app, data);
     hosts(app, data);
     table(app, "Groups", "groups", [

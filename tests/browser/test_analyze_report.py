@@ -38,6 +38,10 @@ def test_report_shows_verdict_and_findings(page, tmp_path, name, verdict, kind):
     assert first.query_selector(".message").text_content() == result.findings[0].message
     assert page.query_selector_all("#groups tr")  # header + one row per group
     assert len(page.query_selector_all("#groups tr")) == len(result.groups) + 1
+    # one line per stuck place above the findings, as in the text report (none: no list)
+    shown = [li.text_content() for li in page.query_selector_all("#stuck li")]
+    assert shown == result.stuck
+    assert bool(shown) == any(f.blocking for f in result.findings)
 
 
 def test_timeline_marks_stuck_collectives(page, tmp_path):

@@ -105,6 +105,12 @@ class Expect:
     caught: int = 0
     """The analysis must hold the note of a running job dumped on demand that names the
     ranks caught mid-collective, naming at least this many (0: not checked)."""
+    threads_died: list[tuple[int, str]] = field(default_factory=list)
+    """``(rank, thread)``: a ``thread_died`` finding must name that thread of that rank (a
+    remark: the rank is alive and never blamed for it)."""
+    unusable: list[int] = field(default_factory=list)
+    """Ranks whose dump reads but holds no valid record: the analysis must set it aside
+    as unusable (named, with why) and name that rank in no other finding."""
 
 
 @dataclass
@@ -134,6 +140,9 @@ class Scenario:
     before: list[tuple[int, Callable[..., None]]] = field(default_factory=list)
     """Earlier attempts of the job, ``(world, run)``, run first into the same folder (a
     restarted job or a reused dump folder)."""
+    damage: Callable[[Path], None] | None = None
+    """Run on the scenario's folder once the job is over: what befell a dump after its
+    rank wrote it (its docstring names the real event it stands for)."""
 
 
 # --------------------------------------------------------------------------- rank helpers
@@ -1123,6 +1132,167 @@ def small_buffer_killed_tp(rank: int, world: int) -> None:
     hang()
 
 
+# ---- pipelines and threads (issue 32 items 7, 9)
+
+
+def _gpipe_step(prev: int | None, nxt: int | None, group: Any = None,
+                skip_recv: int | None = None, skip_send: int | None = None) -> None:
+    """One GPipe step of a pipeline stage: the activations of 4 microbatches forward
+    (recv from stage ``prev``, send to stage ``nxt``, global ranks), then their gradients
+    back; ``skip_recv`` / ``skip_send``: the microbatch whose recv / send the stage leaves
+    out (both: it drops that microbatch)."""
+    act, grad = torch.ones(8), torch.ones(8)
+    for mb in range(4):
+        if prev is not None and mb != skip_recv:
+            dist.recv(act, src=prev, group=group)
+        if nxt is not None and mb != skip_send:
+            dist.send(act, dst=nxt, group=group)
+    for _ in range(4):
+        if nxt is not None:
+            dist.recv(grad, src=nxt, group=group)
+        if prev is not None:
+            dist.send(grad, dst=prev, group=group)
+
+
+def _neighbours(stage: int, rank: int, stages: int) -> tuple[int | None, int | None]:
+    return (rank - 1 if stage > 0 else None), (rank + 1 if stage < stages - 1 else None)
+
+
+def pipeline_gpipe_skip_recv(rank: int, world: int) -> None:
+    """A 4-stage GPipe pipeline: in its second step stage 2 leaves out microbatch 2's recv
+    from stage 1 (it reuses the activation it holds), sends all 4 activations on to stage
+    3 and, once stage 3 returns the first gradient, blocks in its send of that gradient to
+    stage 1, which still blocks in its 4th activation send to stage 2 (on gloo a send waits
+    for its recv): a send/send cycle; stage 3 waits in its second gradient send, stage 0
+    in its first gradient recv."""
+    prev, nxt = _neighbours(rank, rank, world)
+    grads = torch.ones(4)
+    for step in range(2):
+        _gpipe_step(prev, nxt, skip_recv=2 if (rank == 2 and step == 1) else None)
+        dist.all_reduce(grads)  # the step's loss, summed over the stages
+    hang()
+
+
+def pipeline_gpipe_drop_microbatch(rank: int, world: int) -> None:
+    """A 4-stage GPipe pipeline whose stage 2 drops microbatch 2 in the first step (an
+    empty batch filtered out on that stage alone): it posts neither the recv from stage 1
+    nor the send to stage 3, goes on to the backward pass and waits in a gradient recv
+    from stage 3, which waits in its 4th activation recv from it: a recv/recv cycle; stage
+    1 blocks in its 4th activation send, stage 0 in its first gradient recv. (In the first
+    step: a progress record keeps a rank's newest 12 send/recv records, fewer than a
+    stage's 16 of one step, so a whole microbatch dropped in a later step is a
+    p2p_deadlock to ``commscope watch``.)"""
+    prev, nxt = _neighbours(rank, rank, world)
+    grads = torch.ones(4)
+    dist.all_reduce(grads)  # the parameters' checksum, before training
+    drop = 2 if rank == 2 else None
+    _gpipe_step(prev, nxt, skip_recv=drop, skip_send=drop)
+    dist.all_reduce(grads)
+    hang()
+
+
+def pipeline_dp2_skip_send(rank: int, world: int) -> None:
+    """Two 4-stage GPipe pipelines side by side (data-parallel 2 x pipeline 4: ranks 0-3
+    and 4-7, each stage's gradients all_reduced with its replica in the other pipeline):
+    in the second step stage 1 of the second pipeline (rank 5) leaves out microbatch 2's
+    send to rank 6, goes on to the backward pass and waits in a gradient recv from rank 6,
+    which waits in its 4th activation recv from rank 5: a recv/recv cycle. The first
+    pipeline finishes the step and waits in the data-parallel all_reduce."""
+    pps = [dist.new_group(list(range(s, s + 4)), group_desc=f"pp_{s // 4}") for s in (0, 4)]
+    dps = [dist.new_group([s, s + 4], group_desc=f"dp_{s}") for s in range(4)]
+    pp, dp = pps[rank // 4], dps[rank % 4]
+    prev, nxt = _neighbours(rank % 4, rank, 4)
+    grads = torch.ones(4)
+    for step in range(2):
+        _gpipe_step(prev, nxt, pp, skip_send=2 if (rank == 5 and step == 1) else None)
+        dist.all_reduce(grads, group=dp)
+    hang()
+
+
+def _read_sample(rank: int, step: int) -> torch.Tensor:
+    """A data loader's read of one sample: on rank 1 the 4th one is corrupt."""
+    if rank == 1 and step == 3:
+        raise ValueError(f"corrupt sample {step}: unexpected end of shard-0007.tar")
+    return torch.ones(4) * step
+
+
+def loader_thread_dies(rank: int, world: int) -> None:
+    """Each rank reads its batches in a loader thread; rank 1's loader raises on a corrupt
+    sample (its process goes on), so rank 1's main thread waits forever on the loader's
+    queue for batch 3 while ranks 0, 2, 3 wait in all_reduce #4."""
+    import queue
+    import threading
+
+    batches: queue.Queue[torch.Tensor] = queue.Queue()
+
+    def load() -> None:
+        for step in range(8):
+            batches.put(_read_sample(rank, step))
+
+    threading.Thread(target=load, name="loader", daemon=True).start()
+    for _ in range(8):
+        dist.all_reduce(batches.get())  # rank 1 waits on the queue after batch 2
+    hang()
+
+
+def _save_shard(rank: int, step: int) -> None:
+    """A checkpoint writer's save of this rank's shard: rank 2's disk is full."""
+    if rank == 2:
+        raise OSError(28, "No space left on device", f"/ckpt/step_{step}/shard_{rank}.pt")
+
+
+def checkpoint_thread_dies(rank: int, world: int) -> None:
+    """A 2x2 mesh (dp, tp) that saves a checkpoint in a writer thread after step 1 while
+    it trains on: rank 2's writer dies of a full disk (OSError), the training itself is
+    unaffected and the job ends well (every rank dumps at the end)."""
+    import threading
+
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    t = torch.ones(4)
+    writer = None
+    for step in range(4):
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+        dist.all_reduce(t, group=mesh.get_group("dp"))
+        if step == 1:
+            writer = threading.Thread(target=_save_shard, args=(rank, step),
+                                      name="ckpt-writer", daemon=True)
+            writer.start()
+    if writer is not None:
+        writer.join()  # the job waits for its last save before it ends
+    dist.barrier()
+    finish()
+
+
+def crash_beside_rewritten_dump(rank: int, world: int) -> None:
+    """Rank 1 raises at step 3 (a bad batch), the others are stopped by the launcher and
+    dump on their way down; afterwards rank 3's file is rewritten by a foreign tool
+    (:func:`_records_as_text`), so it still reads but none of its records does."""
+    t = torch.ones(4)
+    for step in range(4):
+        if rank == 1 and step == 3:
+            raise RuntimeError("bad batch: label 7 out of range at step 3")
+        dist.all_reduce(t)
+    hang()
+
+
+def _records_as_text(out: Path, rank: int = 3) -> None:
+    """The real event: a log-collection step that gathered the job's dumps into a table
+    (every number of a record becomes a numpy integer there) and wrote each file back in
+    place as JSON with ``json.dumps(..., default=str)``, which turns those numbers into
+    text. The file keeps its name and shape and still reads, but no record of it has a
+    usable sequence number, group id or record id."""
+    import pickle
+
+    path = out / "ours" / f"rank_{rank}"
+    with open(path, "rb") as fh:
+        data = pickle.load(fh)  # the generator's own file
+    data["entries"] = [
+        {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+         for k, v in e.items()}
+        for e in data["entries"]]
+    path.write_text(json.dumps(data, default=str))
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("healthy", 3, healthy, Expect("healthy", "healthy"), Expect("healthy", "healthy")),
     Scenario("mesh2d_healthy", 4, mesh2d_healthy, Expect("healthy", "healthy"),
@@ -1327,6 +1497,33 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     # ---- one root cause, one finding (issue 32 item 5)
     Scenario("skip_then_size_abort", 4, skip_then_size_abort,
              Expect("hang", "missing_rank", [1], waiting=[0, 2, 3], says=["skipped"])),
+    # ---- pipelines and threads (issue 32 items 7, 9)
+    Scenario("pipeline_gpipe_skip_recv", 4, pipeline_gpipe_skip_recv,
+             Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3],
+                    says=["rank 2 posted 7 recvs from rank 1, 1 recv fewer",
+                          "skipped that op"])),
+    Scenario("pipeline_gpipe_drop_microbatch", 4, pipeline_gpipe_drop_microbatch,
+             Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3],
+                    says=["rank 2 posted 3 sends to rank 3, 1 send fewer"])),
+    Scenario("pipeline_dp2_skip_send", 8, pipeline_dp2_skip_send,
+             Expect("hang", "p2p_unmatched", [5], waiting=[0, 1, 2, 3, 4, 6, 7],
+                    group="pp_1", says=["rank 5 posted 7 sends to rank 6, 1 send fewer"])),
+    Scenario("loader_thread_dies", 4, loader_thread_dies,
+             Expect("hang", "missing_rank", [1], waiting=[0, 2, 3],
+                    says=["thread loader died", "ValueError", "corrupt sample 3",
+                          "batches.get()"],
+                    threads_died=[(1, "loader")]),
+             Expect("hang", "missing_rank", [1], waiting=[0, 2, 3])),
+    Scenario("checkpoint_thread_dies", 4, checkpoint_thread_dies,
+             Expect("healthy", "thread_died",
+                    says=["Rank 2's thread ckpt-writer died of OSError", "No space left",
+                          _at(_save_shard, "raise OSError("), "the process went on"],
+                    threads_died=[(2, "ckpt-writer")]),
+             Expect("healthy", "healthy")),
+    Scenario("crash_beside_rewritten_dump", 4, crash_beside_rewritten_dump,
+             Expect("crash", "crashed_rank", [1], waiting=[0, 2],
+                    says=["RuntimeError", "bad batch"], unusable=[3]),
+             damage=_records_as_text),
 ]}
 
 
@@ -1509,6 +1706,8 @@ def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
     codes = launch(sc, out, scratch, live=sc.live)
     for tmp in out.rglob(".commscope-*.tmp"):
         tmp.unlink()  # a dump cut short when the job was killed: no dump, never kept
+    if sc.damage is not None:
+        sc.damage(out)
     if not any((out / "native").iterdir()):
         (out / "native").rmdir()
     meta = {
@@ -1518,6 +1717,7 @@ def generate(name: str, scratch: Path, out: Path | None = None) -> Path:
         "exit_codes": {str(r): c for r, c in codes.items()},
         "expect": asdict(sc.expect),
         "native_expect": asdict(sc.native) if sc.native else None,
+        "damage": ((sc.damage.__doc__ or "").strip() or None) if sc.damage else None,
         "made_by": "tests/data/make_scenarios.py",
         "torch": torch.__version__,
     }

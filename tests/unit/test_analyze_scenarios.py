@@ -17,6 +17,7 @@ import pytest
 
 from commscope.analyze import analyze
 from commscope.analyze.read.load import read_dump_file
+from commscope.analyze.text import rank_list
 from tests.needs import torch_has
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scenarios"
@@ -58,6 +59,17 @@ def _check(result, expect: dict) -> None:
     # one cause, one finding: no two blocking findings blame the same ranks
     causes = [tuple(sorted(f.culprit_ranks)) for f in result.findings if f.blocking]
     assert len(causes) == len(set(causes)), ("one cause, one finding", story)
+    # one line per stuck place opens the report: the first blocking finding's culprits
+    # first (issue 33 item 5); none when nothing blocks
+    first = next((f for f in result.findings if f.blocking), None)
+    if first is None:
+        assert result.stuck == [], (result.stuck, story)
+    else:
+        assert result.stuck, story
+        head = result.stuck[0]
+        assert head.startswith(("rank ", "ranks ")), (head, story)
+        if first.culprit_ranks:
+            assert rank_list(first.culprit_ranks) in head, (head, story)
     # the JSON says what the text says
     data = result.to_json()["findings"][0]
     assert (data["kind"], data["culprit_ranks"]) == (root.kind, sorted(root.culprit_ranks))
@@ -69,6 +81,24 @@ def _check(result, expect: dict) -> None:
     for kind, culprits in expect["also"]:
         assert any(f.kind == kind and sorted(f.culprit_ranks) == sorted(culprits)
                    for f in result.findings), ((kind, culprits), story)
+    # a thread's death is a remark naming the thread; its rank is alive, never crashed
+    for rank, thread in expect.get("threads_died", []):
+        assert any(f.kind == "thread_died" and f.details.get("rank") == rank
+                   and f.details.get("thread") == thread and thread in f.message
+                   for f in result.findings), ((rank, thread), story)
+        assert not any(f.kind == "crashed_rank" and rank in f.culprit_ranks
+                       for f in result.findings), story
+    # a dump that reads but holds no valid record: set aside as unusable, named with why
+    # (text and JSON), and its rank named by no other finding
+    for rank in expect.get("unusable", []):
+        assert rank not in result.loaded, story
+        errors = [u.error for u in result.unreadable if u.rank == rank]
+        assert errors and errors[0].startswith("unusable: none of its"), (errors, story)
+        assert any(f.kind == "unreadable_dump" and f.culprit_ranks == [rank]
+                   and "unusable" in f.message for f in result.findings), story
+        assert all(rank not in f.culprit_ranks + f.waiting_ranks + f.victims
+                   for f in result.findings if f.kind != "unreadable_dump"), story
+        assert any(u["error"] == errors[0] for u in result.to_json()["unreadable"]), story
 
 
 def test_the_corpus_is_big_and_varied():

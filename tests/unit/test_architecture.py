@@ -35,7 +35,8 @@ LAYER = {
 or stay inside its own top-level package)."""
 
 STAGES = {
-    "analyze": {"text": 0, "model": 1, "read": 2, "align": 3, "diagnose": 4, "analysis": 5,
+    "analyze": {"text": 0, "model": 1, "read": 2, "align": 3, "diagnose": 4, "summary": 4,
+                "analysis": 5,
                 "present": 6, "command": 7, "synth": 7, "__init__": 8},
     "comm": {"trace": 0, "present": 1, "capture": 2, "examples": 3, "__init__": 4},
     "flight": {"config": 0, "launcher_env": 0, "record": 1, "splice": 2, "out": 3, "api": 4,

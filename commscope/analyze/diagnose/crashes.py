@@ -383,7 +383,8 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
             kind="size_mismatch", group=g, collective_seq_id=seq,
             op=sig.op if sig else None, culprit_ranks=sorted(dead), waiting_ranks=waiting,
             blocking=True, victims=[],
-            details={"shape": "killed", "killed": True, "dead_culprit": True},
+            details={"shape": "killed", "killed": True, "dead_culprit": True,
+                     "frames": {q: _fatal_frame(ctx, q) for q in dead}},
             message=(f"{ranks_phrase(dead).capitalize()} died inside {what} of {g.label()} "
                      f"at {frame_text(_fatal_frame(ctx, dead[0]))} ({gloo}), while "
                      f"{ranks_phrase(survivors)}, who agree on that call ({sizes}, at "
@@ -403,7 +404,9 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
     out.append(Finding(
         kind="size_mismatch", group=g, collective_seq_id=seq,
         op=sig.op if sig else None, culprit_ranks=survivors, waiting_ranks=waiting,
-        blocking=True, victims=sorted(dead), details={"shape": "killed", "killed": True},
+        blocking=True, victims=sorted(dead),
+        details={"shape": "killed", "killed": True,
+                 "frames": {q: ctx.frames.frame(q, ctx.index(q, group, seq)) for q in survivors}},
         message=(f"{ranks_phrase(survivors).capitalize()} issued {what} "
                  f"({sizes}) of {g.label()} at {frame_text(frame)}, the call in which "
                  f"{died}"),

@@ -9,9 +9,14 @@ Algorithm (:func:`cycle_finding`):
 1. The component: every rank the cycle reaches that also reaches the cycle.
 2. A cycle only through send/recv: a rank whose first unfinished send/recv breaks the
    schedule its own earlier ops repeat (a period of up to 16 ops; a pipeline stage
-   repeats every step) skipped that op and went on; when some but not all ranks of the
-   component do, they are the ``p2p_unmatched`` culprits. Otherwise the component is a
-   ``p2p_deadlock``: each rank posted its op before the one its peer waits for.
+   repeats every step) skipped that op and went on; so did a rank whose earlier ops
+   leave out, once, the partner of the op a peer of the cycle waits in for it (two
+   periods of its schedule, then the op the period calls for is missing and the ops
+   after it go on as if it had been posted: a stage that skipped one recv in a GPipe
+   forward pass and deadlocks later, in the backward pass). When some but not all
+   ranks of the component do, they are the ``p2p_unmatched`` culprits. Otherwise the
+   component is a ``p2p_deadlock``: each rank posted its op before the one its peer
+   waits for.
 3. A cycle through a send/recv and collectives: the peer of its first send/recv link
    never posted the partner op and went on to wait itself: ``p2p_unmatched``.
 4. A cycle through collectives of several groups is a ``cross_group_deadlock``. Each
@@ -103,31 +108,61 @@ def _breaks_period(tokens: list[tuple[str, str, int | None]], at: int) -> bool:
     return False
 
 
-def _pattern_breakers(ctx: Context, comp: set[int]) -> list[int]:
-    out = []
+def _skipped_once(tokens: list[tuple[str, str, int | None]], first: int,
+                  wanted: tuple[str, str, int | None]) -> bool:
+    """Whether a rank's send/recv ops leave out ``wanted`` once before its first
+    unfinished one (``first``): at some position the ops before it repeat with a period of ``p``
+    (up to 16) for two periods, the period calls for ``wanted`` there but the rank posted
+    another op, and its next ``p`` ops go on as if ``wanted`` had been posted (the rest
+    of that period, then ``wanted`` again). A schedule that moves on to another phase
+    (forward to backward) does not go on that way."""
+    for b in range(2, first):
+        for p in range(1, min(b // 2, 16) + 1):
+            if tokens[b - p] != wanted or tokens[b] == wanted or b + p > len(tokens):
+                continue
+            if any(tokens[i] != tokens[i - p] for i in range(b - p, b)):
+                continue
+            if all(tokens[b + i] == tokens[b + 1 + i - p] for i in range(p - 1)) \
+                    and tokens[b + p - 1] == wanted:
+                return True
+    return False
+
+
+def _pattern_breakers(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, bool]:
+    """The ranks of ``comp`` that skipped a send/recv and went on (step 2), each with
+    whether the skip is earlier in its history (``True``) rather than its first
+    unfinished op."""
+    out: dict[int, bool] = {}
     for r in sorted(comp):
         tokens, first = _p2p_tokens(ctx, r)
         if first > 0 and _breaks_period(tokens, first):
-            out.append(r)
+            out[r] = False
+            continue
+        wanted = {(w.group, "recv" if w.op == "send" else "send", w.waiter)
+                  for w in cycle if w.target == r and w.seq is None}
+        if first > 0 and any(_skipped_once(tokens, first, t) for t in sorted(wanted)):
+            out[r] = True
     return out
 
 
-def _broken_pattern_finding(ctx: Context, broke: list[int], cycle: list[Wait], comp: set[int],
-                            graph: WaitGraph, details: dict[str, object]) -> Finding:
-    culprit = broke[0]
+def _broken_pattern_finding(ctx: Context, broke: dict[int, bool], cycle: list[Wait],
+                            comp: set[int], graph: WaitGraph,
+                            details: dict[str, object]) -> Finding:
+    culprit = min(broke)
     link = next((w for w in cycle if w.target == culprit), cycle[0])
     partner = "recv" if link.op == "send" else "send"
     direction = "to" if link.op == "send" else "from"
     waiting = sorted((comp | reaching(comp, graph)) - set(broke))
     others = [w for w in waiting if w != link.waiter]
     hops, _ = _cycle_hops(ctx, cycle)
+    how = ("repeats, but earlier it once skipped that op and went on" if broke[culprit]
+           else "repeats every step until there, then it skipped that op and went on")
     return Finding(
         kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
-        op=link.op, culprit_ranks=broke, waiting_ranks=waiting, blocking=True,
+        op=link.op, culprit_ranks=sorted(broke), waiting_ranks=waiting, blocking=True,
         message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
                  f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
-                 f"matching {partner}: its own send/recv schedule repeats every step until "
-                 f"there, then it skipped that op and went on"
+                 f"matching {partner}: its own send/recv schedule {how}"
                  + _count_gap(ctx, link, culprit) + ", so the two now wait for each "
                  "other: " + ", ".join(hops) + "."
                  + (f" {ranks_phrase(others).capitalize()} {wait_verb(others)} behind them."
@@ -200,7 +235,7 @@ def cycle_finding(ctx: Context, cycle: list[Wait], graph: WaitGraph) -> Finding:
     p2p_links = [w for w in cycle if w.seq is None]
     details = {"frames": frames, "cycle": [(w.waiter, w.target, w.group, w.seq) for w in cycle]}
     if p2p_links and len(p2p_links) == len(cycle):
-        broke = _pattern_breakers(ctx, comp)
+        broke = _pattern_breakers(ctx, comp, cycle)
         if broke and len(broke) < len(comp):
             return _broken_pattern_finding(ctx, broke, cycle, comp, graph, details)
         ranks = sorted(comp)

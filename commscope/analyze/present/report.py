@@ -202,6 +202,12 @@ def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = 
     lines = [f"commscope analyze: {where}", f"dumps: {_sources(a)}", ""]
     lines += _wrap(f"verdict: {VERDICT_WORDS.get(a.verdict, a.verdict)}", "", "  ")
     lines.append("")
+    stuck = a.stuck
+    if stuck:
+        lines.append("stuck:")
+        for text in stuck:
+            lines += _wrap(text, "  ", "    ")
+        lines.append("")
     lines.append("findings (root cause first):")
     for i, f in enumerate(a.findings, 1):
         label = f"  {i}. [{f.kind}] "

@@ -1,0 +1,164 @@
+"""One line per stuck place: what a person reads in ten seconds, above the findings.
+
+For every finding that blocks the job (root cause first), at most two lines:
+
+* its culprits, where they are, and what they did not do: ``rank 3 (hostB) at
+  train.py:148 in _train — never reached all_reduce #3 of mesh_dp``;
+* the ranks that wait on them, and in what: ``ranks 0-2 wait in all_reduce #5 of
+  default_pg``.
+
+Where a culprit is comes from its dump: where its main thread was when it dumped (the
+user's frame), else the record the finding names. The long sentences stay in the
+findings below; these lines only point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commscope.analyze.model import Finding, Group, HostMap, LoadResult
+from commscope.analyze.text import frame_text, place_text, rank_list
+
+__all__ = ["stuck_lines"]
+
+
+@dataclass
+class _Job:
+    """What the lines are made from (the parts of an analysis they read)."""
+
+    findings: list[Finding]
+    load: LoadResult
+    groups: dict[str, Group]
+    hosts: HostMap
+
+_MAX_LINES = 8
+"""Stuck places shown; more are counted in one last line."""
+
+
+def _group_name(g: Group | None) -> str:
+    if g is None:
+        return "its group"
+    if g.desc and g.desc != "undefined":
+        return g.desc
+    return g.display
+
+
+def _call(f: Finding) -> str:
+    what = f.op or "a collective"
+    seq = f" #{f.collective_seq_id}" if f.collective_seq_id else ""
+    return f"{what}{seq} of {_group_name(f.group)}"
+
+
+def _doing(f: Finding) -> str:
+    """What the culprits did, or did not do, in a few words."""
+    kind = f.kind
+    one = len(f.culprit_ranks) == 1
+    if kind == "missing_rank":
+        return f"never reached {_call(f)}"
+    if kind == "crashed_rank":
+        return "crashed"
+    if kind == "p2p_unmatched":
+        what = {"send": "recv", "recv": "send"}.get(f.op or "", "send/recv")
+        return f"never posted the matching {what} in {_group_name(f.group)}"
+    if kind in ("p2p_deadlock", "cross_group_deadlock"):
+        return ("closes a cycle of waits (findings below)" if one
+                else "wait for each other in a cycle (findings below)")
+    if kind == "stalled_collective":
+        return f"stuck inside {_call(f)}"
+    if kind == "dumps_elsewhere":
+        return "dumps on another host (not here)"
+    if kind.endswith("_mismatch"):
+        what = kind.removesuffix("_mismatch").replace("_", " ")
+        return f"{'disagrees' if one else 'disagree'} about {_call(f)} ({what})"
+    return f"{kind.replace('_', ' ')} in {_call(f)}"
+
+
+def _where(a: _Job, f: Finding, rank: int) -> str:
+    frames = f.details.get("frames") if isinstance(f.details, dict) else None
+    d = a.load.dumps.get(rank)
+    if d is not None and f.kind == "crashed_rank" and d.exception is not None \
+            and d.exception[2] is not None:
+        return place_text(d.exception[2])  # where it raised
+    if d is not None and d.main_place is not None and f.kind in ("missing_rank",
+                                                                  "crashed_rank"):
+        return place_text(d.main_place)  # where it is instead of the call
+    if isinstance(frames, dict) and frames.get(rank) is not None:
+        return frame_text(frames[rank])
+    return ""
+
+
+def _waits_in(a: _Job, rank: int) -> tuple[str, str] | None:
+    """``all_reduce #5 of default_pg``: the oldest unfinished collective of ``rank`` (where
+    its progress stops; later ones may be issued asynchronously behind it)."""
+    d = a.load.dumps.get(rank)
+    if d is None:
+        return None
+    for group, seq, index in d.pending:
+        if seq < 0:  # a send or recv
+            op = next((o for o in d.p2p if o.index == index), None)
+            if op is None:
+                continue
+            peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}" \
+                if op.peer is not None else ""
+            return f"{op.op}{peer}", _group_name(a.groups.get(group))
+        t = d.tracks.get(group)
+        if t is None or not t.lo <= seq <= t.hi:
+            continue
+        sid = t.sig[seq - t.lo]
+        op = a.load.sigs.sigs[sid].op if 0 <= sid < len(a.load.sigs.sigs) else "a collective"
+        return f"{op} #{seq}", _group_name(a.groups.get(group))
+    return None
+
+
+def _who(a: _Job, ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        host = a.hosts.host(ranks[0]) if len(a.hosts.hosts()) > 1 else None
+        return f"rank {ranks[0]}" + (f" ({host})" if host else "")
+    hosts = {a.hosts.host(r) for r in ranks} - {None}
+    on = f" (on {', '.join(sorted(h for h in hosts if h))})" if len(a.hosts.hosts()) > 1 \
+        and 0 < len(hosts) <= 3 else ""
+    return f"ranks {rank_list(ranks)}{on}"
+
+
+def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Group],
+                hosts: HostMap) -> list[str]:
+    """The summary lines of an analysis's findings (``[]`` when nothing blocks)."""
+    a = _Job(findings, load, groups, hosts)
+    lines: list[str] = []
+    blocking = [f for f in a.findings if f.blocking]
+    for f in blocking[:_MAX_LINES]:
+        culprits = sorted(f.culprit_ranks)
+        if culprits:
+            places = {r: _where(a, f, r) for r in culprits}
+            same = len(set(places.values())) == 1
+            at = places[culprits[0]] if same else ""
+            lines.append(f"{_who(a, culprits)}{f' at {at}' if at else ''} — {_doing(f)}")
+        victims = sorted(set(f.victims) - set(culprits))
+        if victims:
+            lines.append(f"{_who(a, victims)} died in {_call(f)} (its victims)")
+        waiting = sorted(set(f.waiting_ranks) - set(culprits) - set(victims))
+        if waiting and f.details.get("dead_culprit"):  # they came through the call
+            verb = "waits" if len(waiting) == 1 else "wait"
+            lines.append(f"{_who(a, waiting)} {verb} on "
+                         f"{'it' if len(culprits) == 1 else 'them'} further on")
+        elif waiting:
+            # each where it waits: in the call itself, or further on, behind someone
+            # who waits in it
+            by_place: dict[str, dict[str, list[int]]] = {}
+            for r in waiting:
+                what, group = _waits_in(a, r) or (_call(f).split(" of ")[0],
+                                                  _group_name(f.group))
+                by_place.setdefault(what, {}).setdefault(group, []).append(r)
+            own = _call(f).split(" of ")[0]
+            for what, groups in sorted(by_place.items(),
+                                       key=lambda kv: (kv[0] != own, min(min(v) for v in
+                                                                         kv[1].values()))):
+                ranks = sorted(r for v in groups.values() for r in v)
+                names = sorted(groups, key=lambda g: min(groups[g]))
+                of = ", ".join(names) if len(names) <= 3 else \
+                    f"{len(names)} groups ({', '.join(names[:2])}, ...)"
+                verb = "waits" if len(ranks) == 1 else "wait"
+                lines.append(f"{_who(a, ranks)} {verb} in {what} of {of}")
+    if len(blocking) > _MAX_LINES:
+        lines.append(f"... and {len(blocking) - _MAX_LINES} more stuck places (findings below)")
+    return lines
