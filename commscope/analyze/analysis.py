@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from commscope.analyze.align.arrivals import group_arrivals
 from commscope.analyze.align.match import (
     GroupView,
     align_all,
@@ -39,7 +40,7 @@ from commscope.analyze.read.archive import is_archive_name
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.read.inputs import Unpacking, gather
 from commscope.analyze.read.load import load_dumps
-from commscope.analyze.summary import stuck_lines
+from commscope.analyze.summary import slowest_rows, stuck_lines
 
 __all__ = ["FORMAT", "Analysis", "analyze", "analyze_loaded"]
 
@@ -68,6 +69,9 @@ class Analysis:
     """Where every rank ran (from the dumps' places and host tables)."""
     stuck: list[str] = field(default_factory=list)
     """One line per stuck place, for the top of every report (:mod:`~.summary`)."""
+    slowest: list[dict[str, Any]] = field(default_factory=list)
+    """Per group, the ranks that arrive last most often and what it costs the others
+    (:func:`~.summary.slowest_rows`)."""
 
     @property
     def root_cause(self) -> Finding:
@@ -91,6 +95,7 @@ class Analysis:
             "hosts": host_rows(self.hosts, set(self.loaded), self.findings),
             "exclude_hosts": hosts_to_exclude(self.hosts, self.findings),
             "stuck": list(self.stuck),
+            "slowest": list(self.slowest),
         }
 
 
@@ -107,7 +112,8 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     views = align_all(load, groups)
     issues = match_p2p(load, groups)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
-                  frames=FrameSource(load, in_memory), hosts=HostMap(load.dumps))
+                  frames=FrameSource(load, in_memory), hosts=HostMap(load.dumps),
+                  arrivals=group_arrivals(load, views))
     findings = diagnose(ctx, straggler_ms=straggler_ms, stall_s=stall_s)
     loaded = sorted(load.dumps)
     return Analysis(
@@ -123,6 +129,7 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
         elapsed_s=time.perf_counter() - start,
         hosts=ctx.hosts,
         stuck=stuck_lines(findings, load, groups, ctx.hosts),
+        slowest=slowest_rows(ctx.arrivals or {}, groups, ctx.hosts, straggler_ms),
     )
 
 

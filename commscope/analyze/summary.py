@@ -1,4 +1,4 @@
-"""One line per stuck place: what a person reads in ten seconds, above the findings.
+"""One line per stuck place, above the findings; and the slowest ranks of each group.
 
 For every finding that blocks the job (root cause first), at most two lines:
 
@@ -10,16 +10,22 @@ For every finding that blocks the job (root cause first), at most two lines:
 Where a culprit is comes from its dump: where its main thread was when it dumped (the
 user's frame), else the record the finding names. The long sentences stay in the
 findings below; these lines only point.
+
+The "slowest ranks" section (:func:`slowest_rows`, :func:`slowest_lines`) reads the
+arrival figures of :mod:`commscope.analyze.align.arrivals`: per group, who came last
+most often, by how much, and what the others lost waiting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from commscope.analyze.align.arrivals import Arrivals
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
 from commscope.analyze.text import frame_text, place_text, rank_list
 
-__all__ = ["stuck_lines"]
+__all__ = ["stuck_lines", "slowest_rows", "slowest_lines"]
 
 
 @dataclass
@@ -31,6 +37,8 @@ class _Job:
     groups: dict[str, Group]
     hosts: HostMap
 
+_MIN_TIMED = 3
+"""Timed collectives a group needs before its slowest ranks are shown."""
 _MAX_LINES = 8
 """Stuck places shown; more are counted in one last line."""
 
@@ -161,4 +169,68 @@ def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Gro
                 lines.append(f"{_who(a, ranks)} {verb} in {what} of {of}")
     if len(blocking) > _MAX_LINES:
         lines.append(f"... and {len(blocking) - _MAX_LINES} more stuck places (findings below)")
+    return lines
+
+
+def slowest_rows(arrivals: dict[str, Arrivals], groups: dict[str, Group], hosts: HostMap,
+                 straggler_ms: float, n: int = 3) -> list[dict[str, Any]]:
+    """The "slowest ranks" section: per group with enough timed collectives, its ranks
+    that came last most often (``n`` at most) with their lags, the share of its members'
+    wall time lost waiting for late arrivals, and, on several hosts, the hosts whose
+    ranks came last. Groups losing the most first. ``straggler`` marks a rank that the
+    straggler finding names (last at half or more, a median lag of ``straggler_ms`` or
+    more)."""
+    several = len(hosts.hosts()) > 1
+    rows = []
+    for key, got in arrivals.items():
+        if got.samples < _MIN_TIMED or not got.last:
+            continue
+        g = groups.get(key)
+        ranks = []
+        for r in got.slowest(n):
+            lag = got.lag_ms(r)
+            ranks.append({
+                "rank": r, "host": hosts.host(r), "last": got.last[r],
+                "share": round(got.last[r] / got.samples, 3),
+                "lag_median_ms": round(lag, 3), "lag_p90_ms": round(got.lag_ms(r, 0.9), 3),
+                "straggler": got.last[r] * 2 >= got.samples and got.last[r] >= _MIN_TIMED
+                and lag >= straggler_ms,
+            })
+        by_host: dict[str, int] = {}
+        if several:
+            for r, count in got.last.items():
+                host = hosts.host(r)
+                if host is not None:
+                    by_host[host] = by_host.get(host, 0) + count
+        rows.append({
+            "group": _group_name(g) if g is not None else key,
+            "group_ranks": list(g.ranks) if g is not None else list(got.ranks),
+            "samples": got.samples, "first_seq": got.lo, "last_seq": got.hi,
+            "lost_share": round(got.lost_share(), 4), "ranks": ranks,
+            "hosts": [{"host": h, "last": c, "share": round(c / got.samples, 3)}
+                      for h, c in sorted(by_host.items(), key=lambda kv: -kv[1])[:n]],
+        })
+    rows.sort(key=lambda row: (-row["lost_share"], row["group"]))
+    return rows
+
+
+def slowest_lines(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
+    """The rows of :func:`slowest_rows` with a straggler as text lines (the groups losing
+    the most first); ``[]`` when no group has one, so a healthy job's ordinary jitter
+    prints nothing (the JSON keeps every row)."""
+    lines = []
+    rows = [row for row in rows if any(x["straggler"] for x in row["ranks"])]
+    for row in rows[:limit]:
+        lost = f"{row['lost_share'] * 100:.1f} % of its ranks' time lost waiting"
+        parts = [f"rank {x['rank']}{' (' + x['host'] + ')' if x['host'] and row['hosts'] else ''}"
+                 f" last at {x['last']}/{row['samples']}, lag median {x['lag_median_ms']:.2f} ms"
+                 f" p90 {x['lag_p90_ms']:.2f} ms{' (straggler)' if x['straggler'] else ''}"
+                 for x in row["ranks"]]
+        lines.append(f"{row['group']} (#{row['first_seq']}-#{row['last_seq']}): {lost}; "
+                     + "; ".join(parts))
+        if len(row["hosts"]) > 1:
+            lines.append("  by host: " + ", ".join(
+                f"{h['host']} last at {h['last']}/{row['samples']}" for h in row["hosts"]))
+    if len(rows) > limit:
+        lines.append(f"... and {len(rows) - limit} more groups (see --json)")
     return lines

@@ -64,6 +64,36 @@
     app.appendChild(list);
   }
 
+  // Per group, who arrives last at its newest finished collectives and what the others
+  // lose waiting; every group with a straggler, and the rest on request.
+  function slowest(app, data) {
+    var rows = data.analysis.slowest || [];
+    if (!rows.length) { return; }
+    var flat = rows.map(function (row) {
+      return {
+        group: row.group + " (#" + row.first_seq + "-#" + row.last_seq + ")",
+        samples: row.samples,
+        lost: (row.lost_share * 100).toFixed(1) + " %",
+        ranks: row.ranks.map(function (x) {
+          return "rank " + x.rank + (x.host && row.hosts.length ? " (" + x.host + ")" : "") +
+            ": last " + x.last + "/" + row.samples + ", lag median " +
+            x.lag_median_ms.toFixed(2) + " ms, p90 " + x.lag_p90_ms.toFixed(2) + " ms" +
+            (x.straggler ? " (straggler)" : "");
+        }).join("; "),
+        hosts: row.hosts.map(function (h) {
+          return h.host + ": last " + h.last + "/" + row.samples;
+        }).join("; "),
+        straggler: row.ranks.some(function (x) { return x.straggler; })
+      };
+    });
+    var shown = flat.filter(function (r) { return r.straggler; });
+    if (!shown.length) { return; }
+    table(app, "Slowest ranks", "slowest", [
+      ["group", "group"], ["samples", "collectives timed", true],
+      ["lost", "time lost waiting", true], ["ranks", "last to arrive"], ["hosts", "by host"]
+    ], shown, "");
+  }
+
   function findings(app, data) {
     app.appendChild(el("h2", null, "Findings, root cause first"));
     var list = el("ol", { "class": "findings", id: "findings" });
@@ -194,6 +224,7 @@
     header(app, data);
     stuck(app, data);
     findings(app, data);
+    slowest(app, data);
     hosts(app, data);
     table(app, "Groups", "groups", [
       ["name", "group"], ["desc", "desc"], ["ranks", "ranks"], ["membership", "membership from"],

@@ -162,3 +162,22 @@ def test_hosts_fold_at_scale(page, tmp_path):
     assert [li.text_content() for li in page.query_selector_all("#by-host li")] == [
         "node005: rank 41 is in no collective; ranks 40, 42-47 wait in all_reduce #2 of group 0",
         "127 hosts (node[000-004,006-127]): all 1016 ranks wait in all_reduce #2 of group 0"]
+
+
+def test_slowest_ranks_are_shown_only_where_a_rank_straggles(page, tmp_path):
+    # a real gloo job where rank 2 sleeps before every collective, and a healthy one
+    for name, want in [("straggler", True), ("healthy", False)]:
+        result = analyze(DATA / "scenarios" / name / "ours")
+        out = tmp_path / f"{name}.html"
+        write_html(result, out)
+        page.goto(out.as_uri())
+        page.wait_for_selector("#findings li")
+        assert page.errors == []
+        rows = page.query_selector_all("#slowest tr")
+        if want:
+            assert len(rows) == 2, [r.text_content() for r in rows]  # header + one group
+            text = rows[1].text_content()
+            assert "rank 2: last 10/10" in text and "(straggler)" in text, text
+        else:
+            assert rows == []
+            assert result.slowest  # the JSON keeps the figures even so

@@ -895,7 +895,7 @@ def _moe_exchange(rank: int, world: int, splits: list[int], group: Any = None) -
 def a2a_stale_splits(rank: int, world: int) -> None:
     """A mixture-of-experts layer: rank 2 routes with the previous step's token counts
     (2 rows to expert 0, none to itself) while every rank expects one row from each: gloo
-    aborts rank 0, which receives more than it posted."""
+    refuses rank 2's own splits (it keeps 0 rows but expects 1), the others wait."""
     for _ in range(2):
         _moe_exchange(rank, world, [1] * world)
     time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault

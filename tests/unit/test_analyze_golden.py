@@ -117,7 +117,7 @@ def test_cycle_is_reported_once():
 def test_json_has_exactly_the_documented_shape():
     result = analyze(DATA / "missing_rank").to_json()
     assert list(result) == ["format", "verdict", "ranks", "unreadable", "other_jobs",
-                            "findings", "hosts", "exclude_hosts", "stuck"]
+                            "findings", "hosts", "exclude_hosts", "stuck", "slowest"]
     assert result["format"] == FORMAT == "commscope.analysis/2"
     assert list(result["ranks"]) == ["expected", "loaded", "missing"]
     for f in result["findings"]:

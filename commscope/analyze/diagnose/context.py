@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from commscope.analyze.align.arrivals import Arrivals
 from commscope.analyze.align.match import GroupView, P2PIssue
 from commscope.analyze.model import GAP, Group, HostMap, LoadResult, Sig
 from commscope.analyze.read.frame_source import FrameSource
@@ -27,6 +28,9 @@ class Context:
     """Rank → how many ns its dump is older than the others' median (crashed early)."""
     hosts: HostMap = field(default_factory=lambda: HostMap({}))
     """Where every rank ran, from the dumps' places and host tables."""
+    arrivals: dict[str, Arrivals] | None = None
+    """Group key → its arrival figures (:mod:`commscope.analyze.align.arrivals`), when
+    worked out once for the whole analysis."""
     away: dict[str, list[int]] = field(default_factory=dict)
     """Host → its ranks whose dumps are on that host, not here (never crashed for it)."""
 

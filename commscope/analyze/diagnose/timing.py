@@ -8,8 +8,8 @@ Stragglers (:func:`straggler_findings`), per group:
 2. For each, the arrival of a rank is its ``time_created_ns``; the last to arrive and
    its lag behind the first are noted.
 3. A rank that is last in at least half of them (and in at least 3), with a median lag
-   of at least ``threshold_ms``, is a straggler. Clocks of different hosts are
-   compared as they are: the message says so when the ranks ran on several hosts.
+   of at least ``threshold_ms``, is a straggler. Arrivals are on rank 0's clock when the
+   dumps carry their clock offsets (ours do): the message says so on several hosts.
 
 Stale dumps (:func:`stale_dumps`): with ``dump_time_ns`` in at least three dumps (ours
 write it), a dump written more than ``stale_s`` seconds before the median of the others
@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from array import array
 from collections.abc import Iterable
 
+from commscope.analyze.align.arrivals import WINDOW, group_arrivals
 from commscope.analyze.diagnose.context import Context
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
+from commscope.analyze.model import COMPLETED, RETIRED, Finding
 from commscope.analyze.text import frame_text, ms, ranks_phrase
 
 __all__ = ["straggler_findings", "stale_dumps", "stalled_findings", "caught_running",
@@ -54,80 +54,36 @@ _OLD_NS = 60 * 10**9
 
 
 def straggler_findings(
-    ctx: Context, threshold_ms: float = 50.0, window: int = 256
+    ctx: Context, threshold_ms: float = 50.0, window: int = WINDOW
 ) -> list[Finding]:
-    """Steps 1-3 of the module doc."""
+    """Steps 1-3 of the module doc (the figures: :mod:`commscope.analyze.align.arrivals`)."""
     findings = []
-    budget = 400_000 // max(1, len(ctx.views))  # arrivals read per group, all groups
-    for key in sorted(ctx.views):
+    known = ctx.arrivals if ctx.arrivals is not None and window == WINDOW else None
+    for key, got in (known or group_arrivals(ctx.load, ctx.views, window)).items():
         view = ctx.views[key]
-        ranks = [r for r in view.group.ranks if r in ctx.load.dumps]
-        tracks = [ctx.load.dumps[r].tracks.get(key) for r in ranks]
-        if len(ranks) < 2 or any(t is None or not len(t) for t in tracks):
+        if got.samples < _MIN_SAMPLES or not got.last:
             continue
-        span = max(8, min(window, budget // len(ranks)))  # bounded work on huge jobs
-        lo = max(t.lo for t in tracks)  # type: ignore[union-attr]
-        hi = min(t.hi for t in tracks)  # type: ignore[union-attr]
-        start = max(lo, hi - span + 1)
-        if hi < start:
-            continue
-        skip = {m.seq - start for m in view.mismatches if start <= m.seq <= hi}
-        columns = []
-        for t in tracks:
-            a, b = start - t.lo, hi + 1 - t.lo  # type: ignore[union-attr]
-            created = t.created[a:b]  # type: ignore[union-attr]
-            skip.update(_unusable(t.sig[a:b], t.status[a:b], created))  # type: ignore[union-attr]
-            columns.append(created)
-        last_count: dict[int, int] = {}
-        lags: dict[int, list[int]] = {}
-        samples = 0
-        top = len(ranks) - 1
-        for pos, arrivals in enumerate(zip(*columns)):  # one tuple per collective, C-level
-            if pos in skip:
-                continue
-            samples += 1
-            when = max(arrivals)
-            last = ranks[top - arrivals[::-1].index(when)]  # the highest rank on a tie
-            last_count[last] = last_count.get(last, 0) + 1
-            lags.setdefault(last, []).append(when - min(arrivals))
-        if samples < _MIN_SAMPLES or not last_count:
-            continue
-        rank = min(last_count, key=lambda r: (-last_count[r], r))
-        lag = statistics.median(lags[rank])
-        if last_count[rank] * 2 < samples or last_count[rank] < _MIN_SAMPLES:
+        rank = got.slowest(1)[0]
+        lag = statistics.median(got.lags[rank])
+        if got.last[rank] * 2 < got.samples or got.last[rank] < _MIN_SAMPLES:
             continue
         if lag < threshold_ms * 1e6:
             continue
-        hosts = {ctx.load.dumps[r].hostname for r in ranks} - {None}
-        clock = " (clocks of different hosts compared as they are)" if len(hosts) > 1 else ""
+        hi = got.hi
+        hosts = {ctx.load.dumps[r].hostname for r in got.ranks} - {None}
+        clock = " (on rank 0's clock)" if len(hosts) > 1 else ""
         where = frame_text(ctx.frame_at(rank, key, hi))
         findings.append(Finding(
             kind="straggler", group=view.group, collective_seq_id=hi,
             op=ctx.sig(rank, key, hi).op if ctx.sig(rank, key, hi) else None,
             culprit_ranks=[rank], waiting_ranks=[],
-            message=(f"Rank {rank} arrived last at {last_count[rank]} of the {samples} newest "
-                     f"finished collectives of {view.group.label()}, a median {ms(lag)} after "
-                     f"the first rank{clock}; its latest is {ctx.op_at(rank, key, hi)} at "
-                     f"{where}."),
-            details={"lag_ns": lag, "samples": samples, "last": last_count[rank]},
+            message=(f"Rank {rank} arrived last at {got.last[rank]} of the {got.samples} "
+                     f"newest finished collectives of {view.group.label()}, a median "
+                     f"{ms(lag)} after the first rank{clock}; its latest is "
+                     f"{ctx.op_at(rank, key, hi)} at {where}."),
+            details={"lag_ns": lag, "samples": got.samples, "last": got.last[rank]},
         ))
     return findings
-
-
-_DONE_TABLE = bytes(1 if (b - 256 if b > 127 else b) & _DONE else 0 for b in range(256))
-
-
-def _unusable(sig: array, status: array, created: array) -> set[int]:
-    """Positions of a window that cannot be timed: a gap, unfinished, or no timestamp."""
-    out: set[int] = set()
-    if GAP in sig:
-        out.update(i for i, s in enumerate(sig) if s == GAP)
-    done = status.tobytes().translate(_DONE_TABLE)
-    if 0 in done:
-        out.update(i for i, d in enumerate(done) if not d)
-    if min(created, default=1) <= 0:
-        out.update(i for i, c in enumerate(created) if c <= 0)
-    return out
 
 
 def stale_dumps(ctx: Context, stale_s: float = 30.0) -> dict[int, int]:

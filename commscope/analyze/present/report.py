@@ -10,6 +10,7 @@ from commscope.analyze.analysis import Analysis
 from commscope.analyze.model import COMPLETED, RETIRED
 from commscope.analyze.present.byhost import HostView, host_lines, ranks_with_hosts
 from commscope.analyze.read.load import LATER_DIR
+from commscope.analyze.summary import slowest_lines
 from commscope.analyze.text import rank_list
 
 __all__ = ["format_report", "p2p_stops", "VERDICT_WORDS"]
@@ -223,6 +224,11 @@ def format_report(a: Analysis, source: str | None = None, *, all_groups: bool = 
     if a.views or any(not c.done for d in a.load.dumps.values() for c in d.creations):
         lines.append("groups:")
         lines += _group_rows(a, all_groups)
+    slow = slowest_lines(a.slowest)
+    if slow:
+        lines.append("slowest ranks (who arrives last at each group's newest finished "
+                     "collectives):")
+        lines += [line for text in slow for line in _wrap(text, "  ", "    ")]
     if a.unreadable:
         lines.append("files not used as they are:")
         for u in a.unreadable[:_MAX_FILES]:
