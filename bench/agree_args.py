@@ -1,7 +1,7 @@
 """What recording the arguments that must agree costs (issue 32, item 2).
 
 The recorder keeps, per record, the root of rooted collectives, the reduce op and the
-split sizes of ``all_to_all_single`` (:mod:`commscope.flight.record.arguments`). This
+split sizes of ``all_to_all_single`` (:mod:`commscope.flight.record.agree.arguments`). This
 measures, side by side in one process on torch's fake backend (no communication, so the
 recorder's own cost shows):
 

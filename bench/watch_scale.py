@@ -42,6 +42,7 @@ import resource
 import statistics
 import sys
 import time
+import zlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -124,8 +125,21 @@ def job_records(n: int, stalled: int, now: int,
         main = [FRAME_TABLE[3] if r == stalled else FRAME_TABLE[2]]
         seqs = {name: [desc, step, step - (1 if name == dp_name and in_stalled_dp else 0)]
                 for name, (desc, _) in groups.items()}
+        # the running fingerprints as the publisher writes them: the newest 16 folds of
+        # each group that issued collectives (equal on every member, as in a healthy job)
+        t0 = now - int(40e9)
+        prints = {}
+        for name in groups:
+            if name.startswith("pp"):
+                continue
+            top = step - 1 if (r == stalled and name == dp_name) else step
+            prints[name] = [[seq, zlib.crc32(f"{name}|{seq}".encode()), 0,
+                             int(10e6) + seq * 1000 + (r * 37) % 500]
+                            for seq in range(top - 15, top + 1)]
         rec = {"commscope_watch": progress.VERSION, "rank": r, "world_size": n,
                "interval_s": 2.0,
+               "commscope_fingerprints": {"bits": 32, "t0": t0, "groups": prints, "table": [
+                   ["all_reduce", [[4096, 1024]], ["BFloat16"], None, "SUM"]]},
                "progress": seqs, "entries": entries, "frame_table": FRAME_TABLE,
                "commscope_threads": [{"name": "MainThread", "main": True, "frames": main}],
                "commscope_step": step}

@@ -362,8 +362,9 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    "dumps cannot tell, e.g. gloo dumps and a rank with no file)")
     p.add_argument("-j", "--jobs", type=int, help="processes reading files (default: one "
                    "per CPU, up to 8, from 64 files or 32 MB of dumps on)")
-    p.add_argument("--straggler-ms", type=float, default=50.0,
-                   help="median lag from which a rank arriving last is reported (default 50)")
+    p.add_argument("--straggler-ms", type=float, default=None,
+                   help="median lag from which a rank that keeps arriving last is reported "
+                   "(default 30, measured on real jobs: docs/analyze.md)")
     p.add_argument("--stall-s", type=float, default=10.0, metavar="S",
                    help="in dumps asked for while the job ran (API, commscope dump, SIGUSR1), "
                    "an op unfinished for less than S seconds was caught in flight, not stuck "

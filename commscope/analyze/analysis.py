@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commscope.analyze.align.arrivals import group_arrivals
+from commscope.analyze.align.arrivals import STRAGGLER_MS, group_arrivals
 from commscope.analyze.align.match import (
     GroupView,
     align_all,
@@ -100,7 +100,7 @@ class Analysis:
 
 
 def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
-                   straggler_ms: float = 50.0, stall_s: float = ON_DEMAND_STALL_S,
+                   straggler_ms: float = STRAGGLER_MS, stall_s: float = ON_DEMAND_STALL_S,
                    in_memory: dict[str, list[Any]] | None = None) -> Analysis:
     """Steps 2-4 of :func:`analyze` on dumps that are already loaded (``in_memory``:
     path → records, for dumps that are not files)."""
@@ -140,7 +140,7 @@ def analyze(
     world_size: int | None = None,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-    straggler_ms: float = 50.0,
+    straggler_ms: float = STRAGGLER_MS,
     stall_s: float = ON_DEMAND_STALL_S,
     end_times: bool = False,
     unpacking: Unpacking | None = None,
@@ -154,7 +154,9 @@ def analyze(
     ``stall_s``: in dumps asked for on demand (no incident), an op unfinished for less
     than this was caught mid-flight, not stuck;
     ``straggler_ms`` is the median lag from which a rank that keeps arriving last is
-    reported; ``end_times`` keeps each record's completion time for the timeline
+    reported (default :data:`~commscope.analyze.align.arrivals.STRAGGLER_MS`, measured:
+    the other thresholds are :data:`~commscope.analyze.align.arrivals.DEFAULT_THRESHOLDS`);
+    ``end_times`` keeps each record's completion time for the timeline
     exports (they read the files again without it; always kept from archives, whose
     unpacked files are gone when this returns); ``unpacking(archive, done, total)``
     follows the bytes of each archive. With a list or an archive,

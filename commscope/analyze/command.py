@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from commscope.analyze.align.arrivals import STRAGGLER_MS
 from commscope.analyze.analysis import Analysis, analyze
 from commscope.analyze.present.entries import format_entries
-from commscope.analyze.present.export import write_html, write_perfetto
+from commscope.analyze.present.export import analysis_json, write_html, write_perfetto
 from commscope.analyze.present.report import format_report
 from commscope.analyze.read.archive import ARCHIVE_SUFFIXES, is_archive_name
 from commscope.analyze.read.inputs import InputReport, Unpacking, check_paths
@@ -126,7 +127,7 @@ def run_analyze(
     prefix: str | None = None,
     world_size: int | None = None,
     jobs: int | None = None,
-    straggler_ms: float = 50.0,
+    straggler_ms: float | None = None,
     stall_s: float = 10.0,
     entries: dict[str, Any] | None = None,
     all_groups: bool = False,
@@ -140,7 +141,11 @@ def run_analyze(
     Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a path that is
     neither a folder, a dump file nor a supported archive, when the inputs hold no file
     that looks like a dump, or when an ``entries`` filter matches nothing.
+    ``straggler_ms`` ``None``: the measured default
+    (:data:`~commscope.analyze.align.arrivals.STRAGGLER_MS`).
     """
+    if straggler_ms is None:
+        straggler_ms = STRAGGLER_MS
     paths = [folder] if isinstance(folder, str) else list(folder)
     single = paths[0] if len(paths) == 1 and not is_archive_name(paths[0]) else None
     if single is not None:
@@ -164,7 +169,7 @@ def run_analyze(
         # Only files given, none is a dump, no archive held one: a usage error.
         raise ValueError("; ".join(f"{u.file}: {u.error}" for u in result.unreadable[:3]))
     want_json = as_json or bool(output and output.endswith(".json"))
-    text = (json.dumps(result.to_json(), indent=2) + "\n") if want_json else _report(
+    text = (json.dumps(analysis_json(result), indent=2) + "\n") if want_json else _report(
         result, paths, reports, all_groups)
     if entries is not None and not want_json:
         text += "\n" + format_entries(result, **entries)

@@ -25,6 +25,8 @@ __all__ = [
     "Track",
     "P2POp",
     "RankDump",
+    "PrintRows",
+    "PrintWhat",
     "Unreadable",
     "LoadResult",
     "FatalLog",
@@ -264,6 +266,45 @@ class RankDump:
     (``commscope_clock``); every time above is already moved onto rank 0's clock."""
     clock_uncertainty_ns: int | None = None
     """How far that measurement may be off (half its round trip)."""
+    prints: dict[str, PrintRows] = field(default_factory=dict)
+    """Ours: group name -> the newest folds of the rank's running fingerprint of that
+    group (``commscope_fingerprints``, :mod:`commscope.flight.record.agree.fingerprint`)."""
+    print_table: list[PrintWhat] = field(default_factory=list)
+    """What the folds of :attr:`prints` hold, by the index each fold names."""
+    print_bits: int = 64
+    """How many low bits of each fingerprint the dump keeps (a progress record: 32)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrintWhat:
+    """What one fingerprint fold holds: the op and what every rank must pass alike."""
+
+    op: str
+    sizes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    root: int | None
+    reduce_op: str | None
+
+    def text(self) -> str:
+        """``all_reduce float32[4, 8]`` (``, root 2``, ``, SUM`` where recorded)."""
+        shapes = ", ".join(f"{d}[{', '.join(map(str, s))}]"
+                           for d, s in zip(self.dtypes, self.sizes)) if self.sizes else \
+            "/".join(self.dtypes)
+        extra = "".join([f", root {self.root}" if self.root is not None else "",
+                         f", {self.reduce_op}" if self.reduce_op else ""])
+        return f"{self.op} {shapes}{extra}".strip()
+
+
+@dataclass(slots=True)
+class PrintRows:
+    """One group's newest fingerprint folds on one rank, oldest first."""
+
+    seqs: list[int]
+    cums: list[int]
+    what: list[int]
+    """Index into :attr:`RankDump.print_table` (-1: not said)."""
+    arrived_ns: list[int]
+    """When the rank issued each (ns, on rank 0's clock where the dump says its offset)."""
 
 
 @dataclass(frozen=True, slots=True)

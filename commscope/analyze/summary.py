@@ -13,15 +13,23 @@ findings below; these lines only point.
 
 The "slowest ranks" section (:func:`slowest_rows`, :func:`slowest_lines`) reads the
 arrival figures of :mod:`commscope.analyze.align.arrivals`: per group, who came last
-most often, by how much, and what the others lost waiting.
+most often, by how much, and what the others lost waiting; on several hosts, per host,
+and a whole host that is slow is told as one (``hostB (ranks 2-3) arrives last in 97 %
+of all_reduce of default_pg, median lag 41 ms``). Who is called a straggler is decided
+there, with the same thresholds as the finding.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from commscope.analyze.align.arrivals import Arrivals
+from commscope.analyze.align.arrivals import (
+    DEFAULT_THRESHOLDS,
+    STRAGGLER_MS,
+    Arrivals,
+    Thresholds,
+)
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
 from commscope.analyze.text import frame_text, place_text, rank_list
 
@@ -37,8 +45,7 @@ class _Job:
     groups: dict[str, Group]
     hosts: HostMap
 
-_MIN_TIMED = 3
-"""Timed collectives a group needs before its slowest ranks are shown."""
+
 _MAX_LINES = 8
 """Stuck places shown; more are counted in one last line."""
 
@@ -173,53 +180,74 @@ def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Gro
 
 
 def slowest_rows(arrivals: dict[str, Arrivals], groups: dict[str, Group], hosts: HostMap,
-                 straggler_ms: float, n: int = 3) -> list[dict[str, Any]]:
+                 straggler_ms: float = STRAGGLER_MS, n: int = 3,
+                 thresholds: Thresholds | None = None) -> list[dict[str, Any]]:
     """The "slowest ranks" section: per group with enough timed collectives, its ranks
     that came last most often (``n`` at most) with their lags, the share of its members'
-    wall time lost waiting for late arrivals, and, on several hosts, the hosts whose
-    ranks came last. Groups losing the most first. ``straggler`` marks a rank that the
-    straggler finding names (last at half or more, a median lag of ``straggler_ms`` or
-    more)."""
+    wall time lost waiting for late arrivals, its ops, and, on several hosts, the hosts
+    whose ranks came last with their lags, and the ranks whose clocks could not be
+    aligned (nobody is then a straggler). Groups losing the most first. ``straggler``
+    marks a rank, or a host, that the straggler finding names (``thresholds``, default
+    the measured ones, with its lag replaced by ``straggler_ms``: see
+    :meth:`~commscope.analyze.align.arrivals.Arrivals.stragglers`)."""
+    th = replace(thresholds or DEFAULT_THRESHOLDS, lag_ms=straggler_ms)
     several = len(hosts.hosts()) > 1
     rows = []
     for key, got in arrivals.items():
-        if got.samples < _MIN_TIMED or not got.last:
+        if got.samples < th.min_timed or not got.last:
             continue
         g = groups.get(key)
+        slow_hosts, slow_ranks = got.stragglers(hosts.host if several else None, th)
         ranks = []
         for r in got.slowest(n):
-            lag = got.lag_ms(r)
             ranks.append({
                 "rank": r, "host": hosts.host(r), "last": got.last[r],
                 "share": round(got.last[r] / got.samples, 3),
-                "lag_median_ms": round(lag, 3), "lag_p90_ms": round(got.lag_ms(r, 0.9), 3),
-                "straggler": got.last[r] * 2 >= got.samples and got.last[r] >= _MIN_TIMED
-                and lag >= straggler_ms,
+                "lag_median_ms": round(got.lag_ms(r), 3),
+                "lag_p90_ms": round(got.lag_ms(r, 0.9), 3),
+                "straggler": r in slow_ranks,
             })
-        by_host: dict[str, int] = {}
-        if several:
-            for r, count in got.last.items():
-                host = hosts.host(r)
-                if host is not None:
-                    by_host[host] = by_host.get(host, 0) + count
+        slow = {h.host for h in slow_hosts}
+        by_host = [{"host": h.host, "ranks": h.ranks, "last": h.last,
+                    "share": round(h.last / got.samples, 3),
+                    "lag_median_ms": round(h.lag_ms(), 3),
+                    "lag_p90_ms": round(h.lag_ms(0.9), 3),
+                    "straggler": h.host in slow}
+                   for h in (got.by_host(hosts.host) if several else []) if h.last][:n]
         rows.append({
             "group": _group_name(g) if g is not None else key,
             "group_ranks": list(g.ranks) if g is not None else list(got.ranks),
             "samples": got.samples, "first_seq": got.lo, "last_seq": got.hi,
-            "lost_share": round(got.lost_share(), 4), "ranks": ranks,
-            "hosts": [{"host": h, "last": c, "share": round(c / got.samples, 3)}
-                      for h, c in sorted(by_host.items(), key=lambda kv: -kv[1])[:n]],
+            "ops": sorted(got.ops, key=lambda op: (-got.ops[op], op)),
+            "lost_share": round(got.lost_share(), 4), "ranks": ranks, "hosts": by_host,
+            "unaligned_ranks": list(got.unaligned),
         })
     rows.sort(key=lambda row: (-row["lost_share"], row["group"]))
     return rows
 
 
+def _straggles(row: dict[str, Any]) -> bool:
+    return any(x["straggler"] for x in row["ranks"]) or any(
+        h.get("straggler") for h in row["hosts"])
+
+
+def _host_line(row: dict[str, Any], h: dict[str, Any]) -> str:
+    """``hostB (ranks 2-3) arrives last in 97 % of all_reduce of default_pg, median lag
+    41 ms, p90 60 ms``."""
+    ops = row.get("ops") or []
+    what = ops[0] if len(ops) == 1 else \
+        f"the {row['samples']} timed collectives ({', '.join(ops[:3])}{', ...' * (len(ops) > 3)})"
+    return (f"{h['host']} (ranks {rank_list(h['ranks'])}) arrives last in "
+            f"{h['share'] * 100:.0f} % of {what} of {row['group']}, median lag "
+            f"{h['lag_median_ms']:.0f} ms, p90 {h['lag_p90_ms']:.0f} ms (slow host)")
+
+
 def slowest_lines(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
-    """The rows of :func:`slowest_rows` with a straggler as text lines (the groups losing
-    the most first); ``[]`` when no group has one, so a healthy job's ordinary jitter
-    prints nothing (the JSON keeps every row)."""
+    """The rows of :func:`slowest_rows` with a straggler (a rank or a host) as text lines
+    (the groups losing the most first); ``[]`` when no group has one, so a healthy job's
+    ordinary jitter prints nothing (the JSON keeps every row)."""
     lines = []
-    rows = [row for row in rows if any(x["straggler"] for x in row["ranks"])]
+    rows = [row for row in rows if _straggles(row)]
     for row in rows[:limit]:
         lost = f"{row['lost_share'] * 100:.1f} % of its ranks' time lost waiting"
         parts = [f"rank {x['rank']}{' (' + x['host'] + ')' if x['host'] and row['hosts'] else ''}"
@@ -228,7 +256,9 @@ def slowest_lines(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
                  for x in row["ranks"]]
         lines.append(f"{row['group']} (#{row['first_seq']}-#{row['last_seq']}): {lost}; "
                      + "; ".join(parts))
-        if len(row["hosts"]) > 1:
+        slow = [h for h in row["hosts"] if h.get("straggler")]
+        lines += ["  " + _host_line(row, h) for h in slow]
+        if not slow and len(row["hosts"]) > 1:
             lines.append("  by host: " + ", ".join(
                 f"{h['host']} last at {h['last']}/{row['samples']}" for h in row["hosts"]))
     if len(rows) > limit:

@@ -14,6 +14,7 @@ from commscope.flight.config import FlightConfig, resolve_config
 from commscope.flight.out import fatal
 from commscope.flight.out.dump import Dumper, build_dump
 from commscope.flight.out.watchdog import Watchdog
+from commscope.flight.record.agree.fingerprint import Fingerprint
 from commscope.flight.record.recorder import SLOT, Recorder
 from commscope.flight.splice import install as _install
 from commscope.flight.splice.selfcheck import check_torch, require_flight
@@ -88,6 +89,7 @@ def enable(
     dump_on_exception: bool = True,
     poll_interval_s: float = 0.5,
     watch_interval_s: float | None = None,
+    fingerprint: bool | None = None,
 ) -> FlightConfig:
     """Start recording every collective of every process group created from now on.
 
@@ -117,6 +119,7 @@ def enable(
         dump_on_exception=dump_on_exception,
         poll_interval_s=poll_interval_s,
         watch_interval_s=watch_interval_s,
+        fingerprint=fingerprint,
     )
     if cfg.buffer_size:
         check_torch()  # raises RecorderUnsupported, naming what this torch lacks
@@ -137,6 +140,11 @@ def enable(
             # settings; group ids keep counting up, as torch's do.
             rec.groups = [g for g in old.groups if g.alive()]
             rec.next_pg_id = max((g.pg_id + 1 for g in rec.groups), default=0)
+            for g in rec.groups:  # a group keeps its fingerprint while fingerprints stay on
+                if not cfg.fingerprint:
+                    g.fp = None
+                elif g.fp is None:
+                    g.fp = Fingerprint()
             if rec.groups:
                 rec.global_rank, rec.world_size, rec.store = (
                     old.global_rank,

@@ -17,6 +17,7 @@ setting                                   environment (first one set wins)
 ``dump_format`` (default ``pickle``)      ``COMMSCOPE_FR_DUMP_FORMAT`` (``pickle``/``json``)
 ``max_frames`` (default 16)               ``COMMSCOPE_FR_MAX_FRAMES``
 ``watch_interval_s`` (default 2, 0 = off)  ``COMMSCOPE_WATCH_INTERVAL_S``
+``fingerprint`` (default on)              ``COMMSCOPE_FR_FINGERPRINT``
 ========================================  ==============================================
 """
 
@@ -68,6 +69,9 @@ class FlightConfig:
     """How often the watchdog looks at pending collectives and the store."""
     watch_interval_s: float = DEFAULT_WATCH_INTERVAL_S
     """How often the rank publishes its progress record for ``commscope watch`` (0: off)."""
+    fingerprint: bool = True
+    """Keep a running fingerprint of each group's collectives
+    (:mod:`commscope.flight.record.agree.fingerprint`): silent desyncs show while the job runs."""
 
 
 def _env_int(env: Mapping[str, str], *names: str) -> tuple[int | None, str | None]:
@@ -111,6 +115,7 @@ def resolve_config(
     dump_on_exception: bool = True,
     poll_interval_s: float = 0.5,
     watch_interval_s: float | None = None,
+    fingerprint: bool | None = None,
     env: Mapping[str, str] | None = None,
 ) -> FlightConfig:
     """Merge explicit arguments with the environment into a :class:`FlightConfig`.
@@ -169,6 +174,9 @@ def resolve_config(
     if watch_interval_s < 0:
         raise ValueError(f"watch_interval_s must be >= 0 seconds (0 = off), got "
                          f"{watch_interval_s}")
+    if fingerprint is None:
+        flag = _env_bool(env, "COMMSCOPE_FR_FINGERPRINT")
+        fingerprint = True if flag is None else flag
     return FlightConfig(
         buffer_size=buffer_size,
         dump_prefix=dump_prefix,
@@ -183,4 +191,5 @@ def resolve_config(
         dump_on_exception=dump_on_exception,
         poll_interval_s=poll_interval_s,
         watch_interval_s=watch_interval_s,
+        fingerprint=fingerprint,
     )

@@ -64,6 +64,24 @@
     app.appendChild(list);
   }
 
+  // Who waits for whom: an SVG drawn by the analyzer (commscope/analyze/present/waitsvg.py),
+  // parsed as XML (never as HTML) and put in as it is; a section only where someone waits.
+  function waitGraph(app, data) {
+    var g = data.wait_graph;
+    if (!g || !g.svg) { return; }
+    var box = el("section", { id: "waitgraph" });
+    box.appendChild(el("h2", null, "Who waits for whom"));
+    var parsed = new DOMParser().parseFromString(g.svg, "image/svg+xml");
+    var root = parsed.documentElement;
+    if (root.localName !== "svg" || parsed.getElementsByTagName("parsererror").length) {
+      box.appendChild(el("p", { "class": "empty" }, "the drawing could not be read"));
+    } else {
+      box.appendChild(document.importNode(root, true));
+    }
+    if (g.caption) { box.appendChild(el("p", { "class": "meta", id: "waitgraph-caption" }, g.caption)); }
+    app.appendChild(box);
+  }
+
   // Per group, who arrives last at its newest finished collectives and what the others
   // lose waiting; every group with a straggler, and the rest on request.
   function slowest(app, data) {
@@ -81,9 +99,16 @@
             (x.straggler ? " (straggler)" : "");
         }).join("; "),
         hosts: row.hosts.map(function (h) {
-          return h.host + ": last " + h.last + "/" + row.samples;
+          var text = h.host + (h.ranks ? " (ranks " + h.ranks.join(", ") + ")" : "") +
+            ": last " + h.last + "/" + row.samples;
+          if (h.straggler) {
+            text += ", lag median " + h.lag_median_ms.toFixed(2) + " ms, p90 " +
+              h.lag_p90_ms.toFixed(2) + " ms (slow host)";
+          }
+          return text;
         }).join("; "),
-        straggler: row.ranks.some(function (x) { return x.straggler; })
+        straggler: row.ranks.some(function (x) { return x.straggler; }) ||
+          row.hosts.some(function (h) { return h.straggler; })
       };
     });
     var shown = flat.filter(function (r) { return r.straggler; });
@@ -223,6 +248,7 @@
     app.textContent = "";
     header(app, data);
     stuck(app, data);
+    waitGraph(app, data);
     findings(app, data);
     slowest(app, data);
     hosts(app, data);

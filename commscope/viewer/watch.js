@@ -36,6 +36,46 @@
     return snap.rank_table || { columns: [], rows: [], caption: "", hosts: 0 };
   }
 
+  // Who waits for whom: the SVG the server drew from the snapshot's wait_graph (the same
+  // drawing as the HTML report's), parsed as XML, never as HTML.
+  function waitGraph(snap) {
+    var box = el("section", { id: "waitgraph" });
+    box.appendChild(el("h2", {}, "Who waits for whom"));
+    var parsed = new DOMParser().parseFromString(snap.wait_graph_svg, "image/svg+xml");
+    var root = parsed.documentElement;
+    if (root.localName !== "svg" || parsed.getElementsByTagName("parsererror").length) {
+      box.appendChild(el("p", { "class": "empty" }, "the drawing could not be read"));
+    } else {
+      box.appendChild(document.importNode(root, true));
+    }
+    var caption = snap.wait_graph && snap.wait_graph.caption;
+    if (caption) box.appendChild(el("p", { "class": "meta", id: "waitgraph-caption" }, caption));
+    return box;
+  }
+
+  function slowestPanel(snap) {
+    return table("slowest", "Slowest ranks (who arrives last at each group's newest collectives)",
+      [["group", "group"], ["window", "window"], ["lost", "time lost waiting"], ["slowest", "slowest"]],
+      snap.slowest_table.map(function (r) {
+        return { group: r.group, window: r.window, lost: r.lost, slowest: r.slowest,
+          _class: r.straggler ? "straggler" : "" };
+      }), "");
+  }
+
+  function desyncList(snap) {
+    var sec = el("section", { id: "desyncs" });
+    sec.appendChild(el("h2", {}, "Silent desyncs (the ranks' running fingerprints differ)"));
+    var ol = el("ol");
+    snap.desyncs.forEach(function (f) {
+      var li = el("li");
+      li.appendChild(el("span", { "class": "kind" }, f.kind));
+      li.appendChild(el("span", { "class": "message" }, " " + f.message));
+      ol.appendChild(li);
+    });
+    sec.appendChild(ol);
+    return sec;
+  }
+
   function draw(snap) {
     app.textContent = "";
     var head = el("header", { id: "verdict", "class": "state-" + (snap.state || "waiting") });
@@ -62,6 +102,8 @@
     if (!(snap.findings || []).length) fl.appendChild(el("p", { "class": "empty" }, "nothing stuck"));
     else fl.appendChild(ol);
     app.appendChild(fl);
+    if ((snap.desyncs || []).length) app.appendChild(desyncList(snap));
+    if (snap.wait_graph_svg) app.appendChild(waitGraph(snap));
     app.appendChild(table("groups", "Groups", [["name", "group"], ["desc", "desc"], ["ranks", "ranks"],
       ["enqueued_max", "enqueued"], ["completed_min", "completed (min)"], ["lag", "lag"], ["behind", "behind"]],
       (snap.groups || []).slice(0, 200).map(function (g) {
@@ -69,6 +111,7 @@
         return { name: g.name.slice(0, 12), desc: g.desc, ranks: g.ranks, enqueued_max: g.enqueued_max,
           completed_min: g.completed_min, lag: g.lag || "-", behind: b.join(", ") || "-" };
       }), "no group has published progress yet"));
+    if ((snap.slowest_table || []).length) app.appendChild(slowestPanel(snap));
     var rt = table("ranks", "Ranks (the ones that matter first)", ranks.columns, ranks.rows,
       "no rank has published yet");
     if (ranks.caption) rt.appendChild(el("p", { "class": "meta", id: "ranks-caption" }, ranks.caption));

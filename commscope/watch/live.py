@@ -24,7 +24,17 @@ Algorithm (:func:`snapshot`):
    silent host is headed and worded by host (``stuck 9 s: [crashed_rank] hostB: ranks
    2-3 silent since 12:03:10 (no record for 9 s: frozen, or gone); ranks 0, 1 wait in
    all_reduce #65 of group 0``).
-4. Otherwise the job runs; per group, a rank is *behind* when its record is at least as
+4. *Desync* (any time): the ranks' running fingerprints of a group part
+   (:func:`print_splits`, a few comparisons per rank when they do not): the analysis
+   runs and names the group, the first collective where they differ within the folds
+   the records keep, the ranks on each side and what differs, even while the job runs
+   on (``desyncs``; the state ``desync`` when nothing is stuck).
+5. *Slowest ranks* (any time): the folds also carry when each rank issued each
+   collective; kept over refreshes, the newest :data:`LIVE_WINDOW` that every member
+   published are timed as ``commscope analyze`` times a dump's (who came last, how
+   often, by how much, what the others lost), with the same thresholds (``slowest``;
+   a straggler is added to a running job's headline).
+6. Otherwise the job runs; per group, a rank is *behind* when its record is at least as
    new as the leader's yet it has enqueued fewer collectives (a sound lower bound: the
    leader's count only grows), reported as ``rank 5 behind by 3 collectives on dp``.
 """
@@ -36,11 +46,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from commscope.analyze.align.arrivals import Arrivals, tally
+from commscope.analyze.align.prints import PrintSplit, compare_prints
 from commscope.analyze.analysis import analyze_loaded
+from commscope.analyze.diagnose.findings import MISMATCH_KINDS
 from commscope.analyze.diagnose.hosts import host_phrase
-from commscope.analyze.model import Finding, LoadResult, SigTable, Unreadable
+from commscope.analyze.model import (
+    Finding,
+    Group,
+    HostMap,
+    LoadResult,
+    RankDump,
+    RankPlace,
+    SigTable,
+    Unreadable,
+)
+from commscope.analyze.present.waitgraph import wait_graph
 from commscope.analyze.read.extract import DumpError, extract_dump, finish_sigs
 from commscope.analyze.read.places import user_frame, user_place
+from commscope.analyze.read.prints import read_prints
+from commscope.analyze.summary import slowest_rows
 from commscope.analyze.text import frame_text, place_text, rank_list, ranks_phrase
 from commscope.flight.out import progress
 from commscope.watch.source import Fetched, record_offset_ns
@@ -49,6 +74,16 @@ __all__ = ["Thresholds", "LiveCache", "snapshot", "FORMAT", "silent_ranks", "los
            "lost_text"]
 
 FORMAT = "commscope.watch/1"
+HISTORY = 256
+"""Arrivals kept per group and rank across refreshes."""
+LIVE_WINDOW = 48
+"""The newest collectives every member published that the live "slowest ranks" read:
+as many as the thresholds were measured on (``bench/straggler_thresholds.py``), so a
+rank that turns slow is named within about that many steps, and one that recovers
+drops out as fast."""
+_CLOCK_NOISE_NS = 1_000_000
+"""A clock offset within this (or its own uncertainty) is left alone, as the analyzer
+does."""
 _HIDDEN_KINDS = ("truncated_history", "straggler", "healthy")
 
 
@@ -177,6 +212,80 @@ class LiveCache:
         self.table = SigTable()
         self.dumps: dict[int, tuple[int, dict[str, Any]]] = {}
         self.loaded: dict[int, tuple[int, Any]] = {}
+        self.prints: dict[int, tuple[int, RankDump]] = {}
+        self.arrived: dict[str, dict[int, dict[int, tuple[int, str]]]] = {}
+        """Group name → rank → sequence number → (arrival ns on rank 0's clock, op)."""
+        self.told: dict[tuple[str, tuple[int, ...]], Finding] = {}
+        """The first exact desync seen per (group, culprits): a later refresh whose
+        kept folds no longer reach back to it tells it by this one."""
+
+    def remember(self, desyncs: list[Finding]) -> list[Finding]:
+        """``desyncs`` with each split older than the kept folds (a
+        ``fingerprint_mismatch``) replaced by the exact one an earlier refresh saw for the
+        same group and ranks."""
+        out = []
+        for f in desyncs:
+            key = (f.group.key if f.group else "", tuple(sorted(f.culprit_ranks)))
+            if f.details.get("fingerprint") and f.kind == "fingerprint_mismatch":
+                f = self.told.get(key, f)
+            elif key not in self.told:
+                self.told[key] = f
+            out.append(f)
+        return out
+
+    def fingerprints(self, fetched: Fetched, r: int, data: dict[str, Any]) -> RankDump:
+        """Rank ``r``'s running fingerprints alone (a bare RankDump; cached by version)."""
+        version = _version(fetched, r)
+        hit = self.prints.get(r)
+        if hit is None or hit[0] != version or version < 0 or r in fetched.changed:
+            d = RankDump(rank=r, path=f"store: rank {r}", source="commscope", version="")
+            read_prints(data, d, [])
+            host, pid = data.get("hostname"), data.get("pid")
+            if isinstance(host, str) and host:
+                d.place = RankPlace(host=host[:255], pid=pid if type(pid) is int else None)
+            clock = data.get("commscope_clock")
+            off = clock.get("offset_ns") if isinstance(clock, dict) else None
+            unc = clock.get("uncertainty_ns") if isinstance(clock, dict) else None
+            if type(off) is int and type(unc) is int and abs(off) < 2**62 and unc >= 0:
+                d.clock_offset_ns, d.clock_uncertainty_ns = off, unc
+                if abs(off) > max(unc, _CLOCK_NOISE_NS):  # onto rank 0's clock
+                    for rows in d.prints.values():
+                        rows.arrived_ns = [t - off for t in rows.arrived_ns]
+            hit = self.prints[r] = (version, d)
+            self._note_arrivals(d)
+        return hit[1]
+
+    def _note_arrivals(self, d: RankDump) -> None:
+        """Keep rank ``d.rank``'s arrivals from its record's folds (the first fold of a
+        sequence number is its arrival), the newest :data:`HISTORY` per group."""
+        table = d.print_table
+        for name, rows in d.prints.items():
+            seen = self.arrived.setdefault(name, {}).setdefault(d.rank, {})
+            for seq, when, what in zip(rows.seqs, rows.arrived_ns, rows.what):
+                if seq not in seen:
+                    seen[seq] = (when, table[what].op if 0 <= what < len(table) else "?")
+            if len(seen) > HISTORY:
+                for seq in sorted(seen)[:len(seen) - HISTORY]:
+                    del seen[seq]
+
+    def arrivals(self, ranks_now: set[int]) -> dict[str, Arrivals]:
+        """Group name → the arrival figures of its newest collectives every member has
+        published (:func:`commscope.analyze.align.arrivals.tally`), over the refreshes of
+        this watch; only ranks in ``ranks_now`` (not silent) count."""
+        out: dict[str, Arrivals] = {}
+        for name, by_rank in self.arrived.items():
+            ranks = sorted(r for r in by_rank if r in ranks_now)
+            if len(ranks) < 2:
+                continue
+            common = set.intersection(*(set(by_rank[r]) for r in ranks))
+            seqs = sorted(common)[-LIVE_WINDOW:]
+            if not seqs:
+                continue
+            got = Arrivals(ranks=ranks, lo=seqs[0], hi=seqs[-1])
+            columns = [[by_rank[r][s][0] for s in seqs] for r in ranks]
+            tally(got, columns, [by_rank[ranks[0]][s][1] for s in seqs])
+            out[name] = got
+        return out
 
     def as_dump(self, fetched: Fetched, r: int) -> dict[str, Any]:
         """Rank ``r``'s record expanded into the dump schema (cached by version)."""
@@ -220,6 +329,76 @@ def _hosts_to_exclude(findings: list[Finding], fetched: Fetched) -> list[str]:
             if isinstance(host, str) and host and host not in out:
                 out.append(host[:255])
     return out
+
+
+def print_splits(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: set[int],
+                 cache: LiveCache) -> list[PrintSplit]:
+    """The groups whose members' running fingerprints part, from the records alone (no
+    analysis: a few comparisons per rank when nothing differs). A group's members are
+    the ranks whose records carry it (a group's name is the same on every member)."""
+    dumps = {r: cache.fingerprints(fetched, r, data) for r, data in as_dumps.items()
+             if r not in silent}
+    members: dict[str, list[int]] = {}
+    for r in sorted(dumps):
+        for name in dumps[r].prints:
+            members.setdefault(name, []).append(r)
+    groups = {name: Group(key=name, name=name, desc="", ranks=tuple(ranks),
+                          membership="entries")
+              for name, ranks in members.items() if len(ranks) > 1}
+    if not groups:
+        return []
+    return compare_prints(LoadResult(dumps=dumps, unreadable=[], sigs=SigTable()), groups)
+
+
+def _slowest(cache: LiveCache, groups: list[dict[str, Any]], silent: set[int]
+             ) -> list[dict[str, Any]]:
+    """The "slowest ranks" rows (as ``commscope analyze``'s JSON has them) from the
+    arrivals the records' fingerprints carried over this watch's refreshes, with the
+    analyzer's thresholds."""
+    dumps = {r: d for r, (_, d) in cache.prints.items() if r not in silent}
+    arrivals = cache.arrivals(set(dumps))
+    hosts = HostMap(dumps)
+    home = hosts.host(0)
+    for got in arrivals.values():  # one clock, or no claim (as the analyzer does)
+        if len({hosts.host(r) for r in got.ranks} - {None}) > 1:
+            away = [r for r in got.ranks if r != 0 and (home is None or hosts.host(r) != home)]
+            got.unaligned = [r for r in away if dumps[r].clock_offset_ns is None]
+            got.clock_uncertainty_ns = max(
+                (dumps[r].clock_uncertainty_ns or 0 for r in away), default=0)
+    descs = {g["name"]: g["desc"] for g in groups}
+    named = {name: Group(key=name, name=name, desc=descs.get(name) or "undefined",
+                         ranks=tuple(got.ranks), membership="entries")
+             for name, got in arrivals.items()}
+    return slowest_rows(arrivals, named, hosts)
+
+
+def _slow_phrase(rows: list[dict[str, Any]]) -> str:
+    """``rank 2 arrives last at 47/48 all_reduce of default_pg (median lag 81 ms)``
+    for the group losing the most to a straggler (a rank or a host), else ``""``."""
+    for row in rows:
+        for h in row["hosts"]:
+            if h.get("straggler"):
+                return (f"{h['host']} (ranks {rank_list(h['ranks'])}) arrives last at "
+                        f"{h['last']}/{row['samples']} of {row['group']} (median lag "
+                        f"{h['lag_median_ms']:.0f} ms)")
+        for x in row["ranks"]:
+            if x["straggler"]:
+                return (f"rank {x['rank']} arrives last at {x['last']}/{row['samples']} of "
+                        f"{row['group']} (median lag {x['lag_median_ms']:.0f} ms)")
+    return ""
+
+
+def _desyncs(findings: list[Finding]) -> list[Finding]:
+    """The disagreements a running job went through (nobody waits behind them)."""
+    return [f for f in findings if not f.blocking
+            and (f.kind in MISMATCH_KINDS or f.kind == "missing_rank")]
+
+
+def _desync_headline(f: Finding) -> str:
+    seq = f" #{f.collective_seq_id}" if f.collective_seq_id is not None else ""
+    where = f" in {f.op or 'a collective'}{seq} of {f.group.ref()}" if f.group else ""
+    who = ranks_phrase(f.culprit_ranks) if f.culprit_ranks else "no single rank"
+    return f"desync: [{f.kind}] {who} differ{'s' if len(f.culprit_ranks) == 1 else ''}{where}"
 
 
 def _version(fetched: Fetched, r: int) -> int:
@@ -400,7 +579,7 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
         "interval_s": th.interval_s, "stall_s": th.stall, "ranks": rows, "groups": groups,
         "missing": fetched.missing, "silent": sorted(silent),
         "bad_records": [{"rank": r, "why": why} for r, why in fetched.bad],
-        "findings": [], "exclude_hosts": [], "stuck_s": None,
+        "findings": [], "exclude_hosts": [], "stuck_s": None, "desyncs": [], "slowest": [],
     }
     if not fetched.records:
         out.update(state="waiting", headline="no rank has published yet")
@@ -413,16 +592,22 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
         return out
     lost = lost_hosts(fetched, silent, now_ns)
     out["lost_hosts"] = lost
-    if stuck_s >= th.stall or silent:
+    split = bool(print_splits(fetched, as_dumps, silent, cache))
+    out["slowest"] = _slowest(cache, groups, silent)
+    analysis = None
+    if stuck_s >= th.stall or silent or split:
         load, memory = _load(fetched, as_dumps, silent, cache)
         # a record's few entries say nothing about stragglers: not looked for
         analysis = analyze_loaded(load, world_size=world, in_memory=memory,
                                   straggler_ms=float("inf"))
+        out["desyncs"] = [f.to_json() for f in cache.remember(_desyncs(analysis.findings))]
+    if analysis is not None and (stuck_s >= th.stall or silent):
         shown = [f for f in analysis.findings if f.blocking or f.kind == "crashed_rank"]
         shown = [f for f in shown if f.kind not in _HIDDEN_KINDS]
         for f in shown:
             _by_host(f, lost)
         out["findings"] = [f.to_json() for f in shown]
+        out["wait_graph"] = wait_graph(analysis, silent).to_json()  # who waits for whom
         # hosts whose ranks crashed, froze or went silent: what a restart leaves out (a
         # silent rank's record is not in the analysis: its host comes from the record)
         out["exclude_hosts"] = _hosts_to_exclude(shown, fetched)
@@ -436,7 +621,10 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
                 "the transport is slow or the op is large"))
             return out
     lagging = [(g["lag"], g["name"], g["desc"], g["behind"]) for g in groups if g["lag"] > 0]
-    if lagging:
+    desyncs = cache.remember(_desyncs(analysis.findings)) if analysis is not None else []
+    if desyncs:
+        out.update(state="desync", headline=_desync_headline(desyncs[0]))
+    elif lagging:
         lag, _, desc, behind = max(lagging)
         worst = max(behind, key=lambda r: behind[r])
         label = desc or "its group"
@@ -444,6 +632,9 @@ def snapshot(fetched: Fetched, *, thresholds: Thresholds | None = None,
             f"rank {worst} behind by {lag} collective{'s' if lag != 1 else ''} on {label}"))
     else:
         out.update(state="healthy", headline="healthy: every rank is moving")
+    slow = _slow_phrase(out["slowest"])
+    if slow and out["state"] in ("healthy", "behind"):
+        out["headline"] += f"; {slow}"
     if fetched.missing:
         out["headline"] += f"; {ranks_phrase(fetched.missing)} not publishing yet"
     if silent:

@@ -24,7 +24,7 @@ from commscope.analyze.text import rank_list
 __all__ = ["render", "interesting_ranks", "rank_table"]
 
 _STYLE = {"healthy": "bold green", "behind": "bold yellow", "slow": "bold yellow",
-          "stuck": "bold red", "waiting": "bold"}
+          "stuck": "bold red", "desync": "bold magenta", "waiting": "bold"}
 _STUCK_STATES = ("stuck", "slow", "gone")
 """States whose rows fold only with rows waiting in the very same op at the same line."""
 
@@ -182,6 +182,44 @@ def rank_table(snap: dict[str, Any], max_rows: int = 16) -> dict[str, Any]:
             "caption": caption, "hosts": len(view.by_host)}
 
 
+def slowest_cells(rows: list[dict[str, Any]], limit: int = 3) -> list[dict[str, str]]:
+    """The "slowest ranks" panel's rows (the terminal's and the web page's): per group
+    losing the most, its slowest ranks (or slow hosts) with how often they came last and
+    their lags; ``straggler`` marks what passes the analyzer's thresholds."""
+    out = []
+    for row in rows[:limit]:
+        who = []
+        slow_hosts = [h for h in row["hosts"] if h.get("straggler")]
+        for h in slow_hosts:
+            who.append(f"{h['host']} (ranks {rank_list(h['ranks'])}) last "
+                       f"{h['last']}/{row['samples']}, lag {h['lag_median_ms']:.1f} ms "
+                       f"(p90 {h['lag_p90_ms']:.1f}) straggler")
+        for x in row["ranks"] if not slow_hosts else []:
+            who.append(f"rank {x['rank']} last {x['last']}/{row['samples']}, lag "
+                       f"{x['lag_median_ms']:.1f} ms (p90 {x['lag_p90_ms']:.1f})"
+                       + (" straggler" if x["straggler"] else ""))
+        out.append({"group": str(row["group"])[:24],
+                    "window": f"#{row['first_seq']}-#{row['last_seq']}",
+                    "lost": f"{row['lost_share'] * 100:.0f} %", "slowest": "; ".join(who),
+                    "straggler": "yes" if slow_hosts or any(
+                        x["straggler"] for x in row["ranks"]) else ""})
+    return out
+
+
+def slowest_table(rows: list[dict[str, Any]]) -> Table:
+    """The terminal's "slowest ranks" panel (see :func:`slowest_cells`)."""
+    t = Table(title="slowest ranks (who arrives last at each group's newest collectives)",
+              expand=True)
+    for col in ("group", "window", "time lost waiting", "slowest"):
+        t.add_column(col, no_wrap=col != "slowest")
+    for cells in slowest_cells(rows):
+        t.add_row(cells["group"], cells["window"], cells["lost"], cells["slowest"],
+                  style="red" if cells["straggler"] else None)
+    if len(rows) > 3:
+        t.caption = f"{len(rows) - 3} more groups (--json shows all)"
+    return t
+
+
 def render(snap: dict[str, Any], max_rows: int = 16) -> RichGroup:
     """The whole view as one rich renderable."""
     state = snap.get("state", "waiting")
@@ -201,6 +239,16 @@ def render(snap: dict[str, Any], max_rows: int = 16) -> RichGroup:
         for f in snap["findings"][:4]:
             ft.add_row(f["kind"], f["message"])
         parts.append(ft)
+    if snap.get("desyncs"):
+        dt = Table(title="silent desyncs (the ranks' running fingerprints differ)",
+                   expand=True)
+        dt.add_column("kind", no_wrap=True)
+        dt.add_column("message")
+        for f in snap["desyncs"][:4]:
+            dt.add_row(f["kind"], f["message"])
+        parts.append(dt)
+    if snap.get("slowest"):
+        parts.append(slowest_table(snap["slowest"]))
     gt = Table(title="groups", expand=True)
     for col in ("group", "desc", "ranks", "enqueued", "completed (min)", "lag", "behind"):
         gt.add_column(col, no_wrap=col != "behind")

@@ -9,7 +9,11 @@ anything else is 403):
 * ``/snapshot.json`` the latest snapshot (``commscope.watch/1``), or ``{"error": ...}``
   once the store went away; with ``rank_table``, the ranks table as the terminal draws
   it (:func:`commscope.watch.view.rank_table`: hosts and pids when the job spans hosts,
-  folded by host at scale), so the page and the terminal show the same rows;
+  folded by host at scale), so the page and the terminal show the same rows; with
+  ``slowest_table``, the "slowest ranks" panel's rows as the terminal draws them
+  (:func:`commscope.watch.view.slowest_cells`); ``wait_graph_svg``, the snapshot's
+  ``wait_graph`` drawn as the HTML report draws it
+  (:mod:`commscope.analyze.present.waitsvg`);
 * ``/report`` the HTML report of the job's last dump (``commscope analyze`` of the dump
   folder), when there is one.
 
@@ -31,8 +35,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from commscope.analyze.present.waitgraph import WaitForGraph
+from commscope.analyze.present.waitsvg import render_svg
 from commscope.watch.source import WatchError
-from commscope.watch.view import rank_table
+from commscope.watch.view import rank_table, slowest_cells
 
 __all__ = ["WatchServer", "serve", "page_html"]
 
@@ -123,7 +129,11 @@ class WatchServer:
         try:
             snap = self.make()
             if isinstance(snap.get("ranks"), list):
-                snap = {**snap, "rank_table": rank_table(snap, _PAGE_ROWS)}
+                snap = {**snap, "rank_table": rank_table(snap, _PAGE_ROWS),
+                        "slowest_table": slowest_cells(snap.get("slowest") or [])}
+            if isinstance(snap.get("wait_graph"), dict):  # who waits for whom, drawn
+                graph = WaitForGraph.from_json(snap["wait_graph"])
+                snap = {**snap, "wait_graph_svg": render_svg(graph)}
         except WatchError as exc:
             snap = {**self.latest, "error": str(exc), "state": "gone",
                     "headline": f"the job's store went away: {exc}"}

@@ -68,6 +68,10 @@ def test_hostile_names_are_text_not_markup(page, tmp_path):
     assert page.evaluate("window.pwned === undefined")
     assert page.errors == []
     assert evil in page.text_content("#findings")
+    # the wait-for graph's labels too (drawn server-side, parsed as XML)
+    assert evil in page.query_selector("#waitgraph g.edge title").text_content()
+    assert page.query_selector("#waitgraph script") is None
+    assert page.query_selector("#waitgraph img") is None
 
 
 def test_timeline_draws_p2p_lanes(page, tmp_path):

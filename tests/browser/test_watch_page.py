@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 
 def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_path):
-    job = start(tmp_path / "job", interval_s=0.5)
+    job = start(tmp_path / "job", interval_s=0.5, DESYNC_FILE=str(tmp_path / "desync"))
     server = None
     try:
         job.watch_info()
@@ -44,6 +44,26 @@ def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_p
             time.sleep(0.2)
         assert enqueued() > before  # the page moves with the job
         assert page.text_content("#verdict strong") in ("HEALTHY", "BEHIND")
+        assert page.query_selector("#desyncs") is None
+        deadline = time.monotonic() + 30  # the slowest-ranks panel, from the fingerprints
+
+        def first_group() -> str | None:
+            cells = page.query_selector_all("#slowest td")
+            return cells[0].text_content() if cells else None
+
+        while first_group() != "default_pg" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first_group() == "default_pg", page.text_content("#app")[:2000]
+        assert page.query_selector("#slowest tr.straggler") is None  # a healthy job
+
+        # rank 1 all-reduces one batch as int32: nothing hangs, the page says so
+        (tmp_path / "desync").write_text("now")
+        deadline = time.monotonic() + 30
+        while page.text_content("#verdict strong") != "DESYNC" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert page.text_content("#verdict strong") == "DESYNC"
+        assert page.query_selector("#desyncs .kind").text_content() == "dtype_mismatch"
+        assert "rank 1" in page.text_content("#headline")
 
         job.stall_file.write_text("now")
         deadline = time.monotonic() + 30  # (the page's CSP forbids eval: poll from here)
@@ -53,6 +73,7 @@ def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_p
         assert "rank 3" in page.text_content("#headline")
         assert "load_batch" in page.text_content("#headline")
         assert page.query_selector("#findings .kind").text_content() == "missing_rank"
+        assert page.query_selector("#desyncs .kind").text_content() == "dtype_mismatch"
         culprit = page.query_selector("#ranks tr.culprit td")
         assert culprit is not None and culprit.text_content() == "3"
         assert page.get_attribute("#report-link", "href").startswith("/report?token=")

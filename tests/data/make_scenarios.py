@@ -175,6 +175,13 @@ def finish() -> None:
     time.sleep(0.3)
 
 
+def dump_and_run_on() -> None:
+    """A job that runs on after a bug it does not notice: dump on demand, then idle until
+    the launcher ends it (the live view is read while it still runs)."""
+    flight.dump()
+    hang()
+
+
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
     from commscope.mesh import init_device_mesh
 
@@ -240,6 +247,93 @@ def straggler(rank: int, world: int) -> None:
             time.sleep(0.12)  # a slow host
         dist.all_reduce(t)
     finish()
+
+
+# ---- stragglers with ordinary jitter (issue 33 item 1): the jobs the default thresholds
+# are measured on (bench/straggler_thresholds.py runs each with several seeds)
+
+JITTER_STEPS = 48
+"""Training steps of the jitter scenarios (the analyzer's window holds them all)."""
+
+
+def _jitter_rng(rank: int) -> Any:
+    """This rank's random numbers: ``STRAGGLER_SEED`` (default 0) and the rank."""
+    import random
+
+    return random.Random(int(os.environ.get("STRAGGLER_SEED", "0")) * 1000 + rank)
+
+
+def _jitter(rng: Any) -> None:
+    """A healthy rank's host-side work per step, the same distribution on every rank:
+    2-12 ms (uniform), and one step in 20 a 30-60 ms hiccup (a GC pause, a page-cache
+    miss)."""
+    time.sleep(rng.uniform(0.002, 0.012))
+    if rng.random() < 0.05:
+        time.sleep(rng.uniform(0.03, 0.06))
+
+
+def _matmuls(a: torch.Tensor, n: int) -> None:
+    """``n`` matmuls of ``a`` (512 x 512: about 2 ms each on one core)."""
+    for _ in range(n):
+        torch.mm(a, a)
+
+
+def straggler_data_loader(rank: int, world: int) -> None:
+    """Every rank computes a little with ordinary jitter; rank 2's data loader sleeps
+    another 30-80 ms (uniform) before every all_reduce."""
+    rng = _jitter_rng(rank)
+    t = torch.ones(1 << 10)
+    for _ in range(JITTER_STEPS):
+        _jitter(rng)
+        if rank == 2:
+            time.sleep(rng.uniform(0.03, 0.08))  # a slow data loader
+        dist.all_reduce(t)
+    finish()
+
+
+def straggler_compute_heavy(rank: int, world: int) -> None:
+    """Every rank runs 2 matmuls a step with ordinary jitter; rank 1 runs 20 (tens of ms
+    more: a bigger shard, a slower CPU)."""
+    rng = _jitter_rng(rank)
+    a = torch.rand(512, 512)
+    t = torch.ones(1 << 10)
+    for _ in range(JITTER_STEPS):
+        _jitter(rng)
+        _matmuls(a, 20 if rank == 1 else 2)
+        dist.all_reduce(t)
+    finish()
+
+
+def _jitter_steps(rank: int, pairs: list[list[int]]) -> None:
+    """Healthy steps: the same jitter and 2 matmuls a step on every rank, an all_reduce
+    of everyone, then one in the rank's pair (with more jitter), if it is in one."""
+    rng = _jitter_rng(rank)
+    groups = [dist.new_group(p, group_desc=f"pair_{p[0]}{p[1]}") for p in pairs]
+    mine = next((g for p, g in zip(pairs, groups) if rank in p), None)
+    a = torch.rand(512, 512)
+    t = torch.ones(1 << 10)
+    for _ in range(JITTER_STEPS):
+        _jitter(rng)
+        _matmuls(a, 2)
+        dist.all_reduce(t)
+        if mine is not None:
+            _jitter(rng)
+            dist.all_reduce(t, group=mine)
+    finish()
+
+
+def healthy_jitter(rank: int, world: int) -> None:
+    """No straggler: every rank has the same jitter and work; each step an all_reduce of
+    everyone and one in pair_01 or pair_23 (in a pair, one of the two is last every
+    time, by chance)."""
+    _jitter_steps(rank, [[0, 1], [2, 3]])
+
+
+def healthy_uneven_work(rank: int, world: int) -> None:
+    """No straggler, though ranks 0 and 1 do a little more each step (an all_reduce in
+    pair_01 and its jitter, 2-12 ms): between them they come last at the world's
+    all_reduce nearly every time, each about half the time, 10-20 ms behind."""
+    _jitter_steps(rank, [[0, 1]])
 
 
 def size_mismatch_abort(rank: int, world: int) -> None:
@@ -885,6 +979,64 @@ def reduce_op_mismatch_mesh(rank: int, world: int) -> None:
     finish()
 
 
+def silent_dtype_desync(rank: int, world: int) -> None:
+    """Step 3 of a data-parallel loop: rank 2 all-reduces its gradients as int32 where the
+    others pass float32 of the same byte count. Nothing hangs on gloo (or NCCL): rank 2's
+    sum is garbage and the job runs on (issue 33: silent desyncs)."""
+    grads = torch.ones(256)
+    for step in range(6):
+        t = grads.to(torch.int32) if (rank == 2 and step == 3) else grads.clone()
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    dist.barrier()
+    dump_and_run_on()
+
+
+def silent_shape_desync(rank: int, world: int) -> None:
+    """A tensor-parallel block on a 2 x 2 mesh: rank 1 all-reduces its partial output as
+    [32, 8] where its tp peer passes [8, 32] (a transposed layout, the same element
+    count): it completes, the values land in the wrong places."""
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp = mesh.get_group("tp")
+    for step in range(5):
+        out = torch.ones(32, 8) if (rank == 1 and step >= 2) else torch.ones(8, 32)
+        dist.all_reduce(out, group=tp)
+        time.sleep(0.05)
+    dist.barrier()
+    dump_and_run_on()
+
+
+def silent_desync_rolled_out(rank: int, world: int) -> None:
+    """Rank 1 reduces one step in float16 where the others use bfloat16 (same byte count),
+    then the job runs 200 more collectives: the small ring (buffer 32) has long dropped
+    the record of that step, only the running fingerprints still differ."""
+    x = torch.ones(64)
+    for _ in range(4):
+        dist.all_reduce(x)
+    bad = x.to(torch.float16 if rank == 1 else torch.bfloat16)
+    dist.all_reduce(bad)
+    for _ in range(200):
+        dist.all_reduce(x)
+    dist.barrier()
+    dump_and_run_on()
+
+
+def desync_then_hang(rank: int, world: int) -> None:
+    """Rank 3 all-reduces a metric as int32 where the others pass float32 (a silent
+    desync); two steps later its garbage loss makes it leave the loop early, so it
+    never reaches the next gradient all_reduce and the others wait there."""
+    x = torch.ones(128)
+    for step in range(6):
+        metric = torch.ones(16, dtype=torch.int32 if (rank == 3 and step == 1) else
+                            torch.float32)
+        dist.all_reduce(metric)
+        if rank == 3 and step == 3:
+            hang()  # its loss went NaN: it stops stepping, holding the others
+        dist.all_reduce(x)
+        time.sleep(0.05)
+    hang()
+
+
 def _moe_exchange(rank: int, world: int, splits: list[int], group: Any = None) -> None:
     n = len(splits)
     tokens = torch.ones(sum(splits), 8)
@@ -1301,6 +1453,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("pipeline_1f1b_healthy", 4, pipeline_1f1b_healthy, Expect("healthy", "healthy")),
     Scenario("p2p_ring_healthy", 3, p2p_ring_healthy, Expect("healthy", "healthy")),
     Scenario("straggler", 3, straggler, Expect("healthy", "straggler", [2]), timing=True),
+    # ---- stragglers with ordinary jitter (issue 33 item 1)
+    Scenario("straggler_data_loader", 4, straggler_data_loader,
+             Expect("healthy", "straggler", [2], says=["Rank 2 arrived last"]),
+             timing=True),
+    Scenario("straggler_compute_heavy", 4, straggler_compute_heavy,
+             Expect("healthy", "straggler", [1], says=["Rank 1 arrived last"]),
+             timing=True),
+    Scenario("healthy_jitter", 4, healthy_jitter, Expect("healthy", "healthy"),
+             timing=True),
+    Scenario("healthy_uneven_work", 4, healthy_uneven_work, Expect("healthy", "healthy"),
+             timing=True),
     Scenario("missing_rank", 3, missing_rank,
              Expect("hang", "missing_rank", [2], waiting=[0, 1], says=["in hang"]),
              Expect("hang", "missing_rank", [2], waiting=[0, 1])),
@@ -1524,6 +1687,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              Expect("crash", "crashed_rank", [1], waiting=[0, 2],
                     says=["RuntimeError", "bad batch"], unusable=[3]),
              damage=_records_as_text),
+    # ---- silent desyncs (issue 33 item 3): the running fingerprints
+    Scenario("silent_dtype_desync", 4, silent_dtype_desync,
+             Expect("desync", "dtype_mismatch", [2], says=["Int", "Float"])),
+    Scenario("silent_shape_desync", 4, silent_shape_desync,
+             Expect("desync", "size_mismatch", [1], group="mesh_tp", seq=3,
+                    says=["[32, 8]", "[8, 32]"])),
+    Scenario("silent_desync_rolled_out", 3, silent_desync_rolled_out,
+             Expect("desync", "fingerprint_mismatch", [1],
+                    says=["at or before", "fingerprints"]),
+             buffer_size=32),
+    Scenario("desync_then_hang", 4, desync_then_hang,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2],
+                    also=[("dtype_mismatch", [3])])),
 ]}
 
 

@@ -3,6 +3,11 @@
 Every step all_reduces a small tensor and marks the step. When the file named by
 ``STALL_FILE`` appears, rank 3 stalls in its data loader (``load_batch``) and the others
 wait in the next all_reduce; it writes ``<STALL_FILE>.at`` with the time it stalled.
+When the file named by ``DESYNC_FILE`` appears, rank 1 all-reduces its batch once as
+int32 where the others pass float32 (the same byte count: nothing hangs, the job runs on
+with a wrong sum) and writes ``<DESYNC_FILE>.at``. While the file named by ``SLOW_FILE``
+exists, rank 2's data loader takes 80 ms longer each step (a slow disk): every
+all_reduce waits for it.
 """
 
 import os
@@ -14,15 +19,28 @@ import torch.distributed as dist
 import commscope.flight as flight
 
 STALL_FILE = os.environ.get("STALL_FILE", "")
+DESYNC_FILE = os.environ.get("DESYNC_FILE", "")
+SLOW_FILE = os.environ.get("SLOW_FILE", "")
+_desynced = []
+
+
+def _mark(path: str) -> None:
+    """Write ``<path>.at`` with the time now, whole or not at all (the test polls it)."""
+    with open(path + ".at.tmp", "w") as f:
+        f.write(str(time.time()))
+    os.replace(path + ".at.tmp", path + ".at")
 
 
 def load_batch(step: int) -> torch.Tensor:
     if dist.get_rank() == 3 and STALL_FILE and os.path.exists(STALL_FILE):
-        # written whole or not at all: the test polls for it and reads it at once
-        with open(STALL_FILE + ".at.tmp", "w") as f:
-            f.write(str(time.time()))
-        os.replace(STALL_FILE + ".at.tmp", STALL_FILE + ".at")
+        _mark(STALL_FILE)
         time.sleep(3600)  # a dead NFS mount
+    if dist.get_rank() == 2 and SLOW_FILE and os.path.exists(SLOW_FILE):
+        time.sleep(0.08)
+    if dist.get_rank() == 1 and DESYNC_FILE and not _desynced and os.path.exists(DESYNC_FILE):
+        _desynced.append(step)
+        _mark(DESYNC_FILE)
+        return torch.ones(4, dtype=torch.int32) * step  # a cast the others do not do
     return torch.ones(4) * step
 
 

@@ -45,6 +45,14 @@ def test_json_to_stdout_and_to_a_json_file(tmp_path, capsys):
     out = tmp_path / "a.json"
     assert main(["analyze", str(DATA / "dtype_mismatch"), "-o", str(out)]) == 0
     assert json.loads(out.read_text()) == data
+    assert data["wait_graph"] is None  # a desync the job went through: nobody waits
+    capsys.readouterr()
+    assert main(["analyze", str(DATA / "missing_rank"), "--json"]) == 0
+    graph = json.loads(capsys.readouterr().out)["wait_graph"]
+    culprit = next(n for n in graph["nodes"] if "root" in n["states"])
+    assert culprit["ranks"] == [2]
+    assert [(e["to"], e["labels"]) for e in graph["edges"]] == [
+        (culprit["id"], ["all_reduce #4 of default_pg"])]
 
 
 def test_perfetto_trace_structure(tmp_path, capsys):

@@ -229,6 +229,13 @@ def test_live_view(name):
         return
     if expect["verdict"] == "healthy":
         assert snap["state"] in ("healthy", "behind", "slow"), snap["headline"]
+        assert snap["desyncs"] == [], snap["desyncs"]
+        return
+    if expect["verdict"] == "desync":  # the job runs on: the fingerprints tell it
+        assert snap["state"] == "desync", snap["headline"]
+        root = snap["desyncs"][0]
+        assert root["kind"] == (expect.get("live_kind") or expect["kind"]), snap["headline"]
+        assert sorted(root["culprit_ranks"]) == sorted(expect["culprits"]), snap["headline"]
         return
     assert snap["state"] == "stuck", snap["headline"]
     root = snap["findings"][0]

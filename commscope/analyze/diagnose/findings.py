@@ -92,6 +92,7 @@ from commscope.analyze.diagnose.mismatch import (
     MISMATCH_KINDS,
     mismatch_findings,
     pending_mismatch_ranks,
+    print_findings,
 )
 from commscope.analyze.diagnose.skips import find_skip, skip_finding
 from commscope.analyze.diagnose.splits import split_findings
@@ -121,7 +122,7 @@ __all__ = ["diagnose", "verdict", "MISMATCH_KINDS", "KINDS", "is_comm_error", "S
 _DONE = RETIRED | COMPLETED
 KINDS = (
     "missing_rank", "size_mismatch", "dtype_mismatch", "op_mismatch", "order_mismatch",
-    "root_mismatch", "reduce_op_mismatch", "split_mismatch",
+    "root_mismatch", "reduce_op_mismatch", "split_mismatch", "fingerprint_mismatch",
     "p2p_unmatched", "p2p_deadlock", "crashed_rank", "cross_group_deadlock",
     "truncated_history", "straggler", "stalled_collective", "unreadable_dump",
     "dumps_elsewhere", "thread_died", "healthy",
@@ -560,12 +561,12 @@ def _healthy(ctx: Context) -> Finding:
 # ---------------------------------------------------------------------- the whole
 
 
-def diagnose(ctx: Context, straggler_ms: float = 50.0,
+def diagnose(ctx: Context, straggler_ms: float | None = None,
              stall_s: float = ON_DEMAND_STALL_S) -> list[Finding]:
     """All findings, root cause first (see module doc)."""
     ctx.stale = {r: gap for r, gap in stale_dumps(ctx).items() if _behind(ctx, r)}
     splits = split_findings(ctx)
-    findings = mismatch_findings(ctx) + splits
+    findings = print_findings(ctx, mismatch_findings(ctx) + splits)
     in_mismatch = pending_mismatch_ranks(ctx).union(
         *({*f.culprit_ranks, *f.waiting_ranks} for f in splits if f.blocking))
     graph = build_waits(ctx.views, ctx.p2p, in_mismatch, ctx.load, creation_waits(ctx.load))

@@ -25,19 +25,29 @@ Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequenc
    finished one is a bug the job survived (desync: e.g. float32 against int32 of the
    same byte size completes on gloo with garbage).
 5. A tie that evidence could not break names every side as a culprit and says so.
+
+:func:`print_findings` adds what the records alone cannot show: groups whose members'
+running fingerprints part (:mod:`commscope.analyze.align.prints`) where no record-based
+disagreement of that group was found (a progress record keeps a few records; a dump's
+ring may have dropped the collective). Exact splits are told by what differs, as above
+(``dtype_mismatch`` ...); a split older than the kept folds is a
+``fingerprint_mismatch`` ("at or before #k"). A side that merely skipped a collective
+is left to the waits.
 """
 
 from __future__ import annotations
 
 from commscope.analyze.align.match import GroupView, Mismatch
+from commscope.analyze.align.prints import PrintSplit, compare_prints
 from commscope.analyze.diagnose.context import Context
-from commscope.analyze.model import Finding, Sig, Track
+from commscope.analyze.model import Finding, PrintWhat, Sig, Track
 from commscope.analyze.text import frame_text, ranks_phrase
 
-__all__ = ["mismatch_findings", "pending_mismatch_ranks", "MISMATCH_KINDS"]
+__all__ = ["mismatch_findings", "pending_mismatch_ranks", "print_findings", "MISMATCH_KINDS"]
 
 MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_mismatch",
-                  "root_mismatch", "reduce_op_mismatch", "split_mismatch")
+                  "root_mismatch", "reduce_op_mismatch", "split_mismatch",
+                  "fingerprint_mismatch")
 """The kinds of a disagreement about one call (a skipped one is a ``missing_rank``)."""
 
 _WINDOW = 8
@@ -203,3 +213,89 @@ def mismatch_findings(ctx: Context) -> list[Finding]:
             f.message = f.message[:-1] + (f" ({later} later collective(s) of this group also "
                                           "differ as a consequence).")
     return findings
+
+
+def _what_kind(a: PrintWhat | None, b: PrintWhat | None) -> str:
+    if a is None or b is None:
+        return "fingerprint_mismatch"
+    if a.op != b.op:
+        return "op_mismatch"
+    if a.sizes != b.sizes:
+        return "size_mismatch"
+    if a.dtypes != b.dtypes:
+        return "dtype_mismatch"
+    if a.root != b.root:
+        return "root_mismatch"
+    if a.reduce_op != b.reduce_op:
+        return "reduce_op_mismatch"
+    return "fingerprint_mismatch"
+
+
+def _print_finding(ctx: Context, split: PrintSplit) -> Finding:
+    g = ctx.groups[split.group]
+    sides = split.sides
+    tie = split.tie
+    culprits = sorted(r for rs, _ in (sides if tie else sides[1:]) for r in rs)
+    first = sides[1] if not tie else sides[0]
+    kind = _what_kind(sides[0][1], sides[1][1]) if split.exact else "fingerprint_mismatch"
+    seq = split.seq
+    variants = "; ".join(f"{ranks_phrase(rs)}: {w.text() if w else 'not kept'}"
+                         for rs, w in sides)
+    where = ctx.frame_at(first[0][0], split.group, seq)
+    at = f", at {frame_text(where)}" if where is not None else ""
+    side = ("no side has a majority" if tie else
+            f"{ranks_phrase(culprits)} {'differs' if len(culprits) == 1 else 'differ'} "
+            f"from {ranks_phrase(sides[0][0])}")
+    if split.exact:
+        msg = (f"The ranks of {g.label()} issued different collectives as #{seq} "
+               f"({variants}){at}: {side}. It completed, so the job went on with wrong "
+               "data; seen in the ranks' running fingerprints.")
+    else:
+        newest = min(ctx.load.dumps[r].prints[g.name].seqs[-1]
+                     for rs, _ in sides for r in rs)
+        msg = (f"The ranks of {g.label()} stopped issuing the same collectives at or before "
+               f"#{seq}: their running fingerprints differ at every collective all of them "
+               f"still keep (#{seq}-#{newest}), {side}. What differed is older than the "
+               "records kept (a larger TORCH_FR_BUFFER_SIZE keeps more); it completed, so "
+               "the job went on with wrong data.")
+    return Finding(kind=kind, group=g, collective_seq_id=seq,
+                   op=first[1].op if first[1] else None, culprit_ranks=culprits,
+                   waiting_ranks=[], message=msg, blocking=False,
+                   details={"shape": "plain", "tie": tie, "fingerprint": True,
+                            "exact": split.exact, "frames": {}})
+
+
+def _unfinished(ctx: Context, split: PrintSplit) -> bool:
+    """Whether some member's record of the split's collective is unfinished (or issued
+    from a signal handler): then the waits tell it, and nobody went on with wrong data."""
+    key, seq = split.group, split.seq
+    for ranks, _ in split.sides:
+        for r in ranks:
+            d = ctx.load.dumps.get(r)
+            if d is None:
+                continue
+            if any(g == key and s == seq for g, s, _ in d.pending):
+                return True
+            if any(g == key and s == seq for _, g, s, _ in d.handler_ops):
+                return True
+    return False
+
+
+def print_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """``findings`` (the record-based disagreements) with a finding added per group whose
+    fingerprints part where they say nothing of that group (see module doc). A tie the
+    records could not break (a progress record keeps a few) gives way to the
+    fingerprints' finding where their longer history breaks it."""
+    out = list(findings)
+    for split in compare_prints(ctx.load, ctx.groups):
+        view = ctx.views.get(split.group)
+        if split.shifted or split.group not in ctx.groups or _unfinished(ctx, split):
+            continue
+        told = [f for f in out if f.group is not None and f.group.key == split.group]
+        if told and all(f.details.get("tie") and f.collective_seq_id == split.seq
+                        for f in told) and split.exact and not split.tie:
+            out = [f for f in out if f not in told]
+        elif told or (view is not None and (view.mismatches or view.more_mismatches)):
+            continue
+        out.append(_print_finding(ctx, split))
+    return out

@@ -7,9 +7,13 @@ Stragglers (:func:`straggler_findings`), per group:
    member with a dump recorded and finished, where they agree.
 2. For each, the arrival of a rank is its ``time_created_ns``; the last to arrive and
    its lag behind the first are noted.
-3. A rank that is last in at least half of them (and in at least 3), with a median lag
-   of at least ``threshold_ms``, is a straggler. Arrivals are on rank 0's clock when the
-   dumps carry their clock offsets (ours do): the message says so on several hosts.
+3. Who straggles is decided by :meth:`~commscope.analyze.align.arrivals.Arrivals.stragglers`
+   with the measured defaults (:data:`~commscope.analyze.align.arrivals.DEFAULT_THRESHOLDS`,
+   ``threshold_ms`` for the lag): a rank last at enough of them, far enough behind,
+   costing the others enough of their time; on several hosts a whole host whose ranks
+   come last together is named as one finding (its ranks are its culprits). Arrivals
+   are on rank 0's clock when the dumps carry their clock offsets (ours do): the
+   message says so on several hosts.
 
 Stale dumps (:func:`stale_dumps`): with ``dump_time_ns`` in at least three dumps (ours
 write it), a dump written more than ``stale_s`` seconds before the median of the others
@@ -38,52 +42,86 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable
+from dataclasses import replace
 
-from commscope.analyze.align.arrivals import WINDOW, group_arrivals
+from commscope.analyze.align.arrivals import (
+    DEFAULT_THRESHOLDS,
+    STRAGGLER_MS,
+    WINDOW,
+    Arrivals,
+    HostLag,
+    Thresholds,
+    group_arrivals,
+)
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.model import COMPLETED, RETIRED, Finding
-from commscope.analyze.text import frame_text, ms, ranks_phrase
+from commscope.analyze.text import frame_text, ms, rank_list, ranks_phrase
 
 __all__ = ["straggler_findings", "stale_dumps", "stalled_findings", "caught_running",
            "pending_age_ns", "ON_DEMAND_REASONS", "ON_DEMAND_STALL_S", "REASONS",
            "reason_class", "job_reason"]
 
 _DONE = RETIRED | COMPLETED
-_MIN_SAMPLES = 3
 _OLD_NS = 60 * 10**9
 
 
 def straggler_findings(
-    ctx: Context, threshold_ms: float = 50.0, window: int = WINDOW
+    ctx: Context, threshold_ms: float | None = None, window: int = WINDOW,
+    thresholds: Thresholds | None = None,
 ) -> list[Finding]:
-    """Steps 1-3 of the module doc (the figures: :mod:`commscope.analyze.align.arrivals`)."""
+    """Steps 1-3 of the module doc (the figures: :mod:`commscope.analyze.align.arrivals`);
+    ``thresholds`` (default: the measured ones) with its lag replaced by ``threshold_ms``
+    (``None``: :data:`~commscope.analyze.align.arrivals.STRAGGLER_MS`)."""
+    th = replace(thresholds or DEFAULT_THRESHOLDS,
+                 lag_ms=STRAGGLER_MS if threshold_ms is None else threshold_ms)
     findings = []
     known = ctx.arrivals if ctx.arrivals is not None and window == WINDOW else None
     for key, got in (known or group_arrivals(ctx.load, ctx.views, window)).items():
-        view = ctx.views[key]
-        if got.samples < _MIN_SAMPLES or not got.last:
+        if got.samples < th.min_timed or not got.last:
             continue
-        rank = got.slowest(1)[0]
-        lag = statistics.median(got.lags[rank])
-        if got.last[rank] * 2 < got.samples or got.last[rank] < _MIN_SAMPLES:
-            continue
-        if lag < threshold_ms * 1e6:
-            continue
-        hi = got.hi
         hosts = {ctx.load.dumps[r].hostname for r in got.ranks} - {None}
         clock = " (on rank 0's clock)" if len(hosts) > 1 else ""
-        where = frame_text(ctx.frame_at(rank, key, hi))
-        findings.append(Finding(
-            kind="straggler", group=view.group, collective_seq_id=hi,
-            op=ctx.sig(rank, key, hi).op if ctx.sig(rank, key, hi) else None,
-            culprit_ranks=[rank], waiting_ranks=[],
-            message=(f"Rank {rank} arrived last at {got.last[rank]} of the {got.samples} "
-                     f"newest finished collectives of {view.group.label()}, a median "
-                     f"{ms(lag)} after the first rank{clock}; its latest is "
-                     f"{ctx.op_at(rank, key, hi)} at {where}."),
-            details={"lag_ns": lag, "samples": got.samples, "last": got.last[rank]},
-        ))
+        slow_hosts, slow_ranks = got.stragglers(ctx.hosts.host, th)
+        for h in slow_hosts:
+            findings.append(_straggler(ctx, key, got, h.ranks, clock, h))
+        for rank in slow_ranks:
+            findings.append(_straggler(ctx, key, got, [rank], clock, None))
     return findings
+
+
+def _straggler(ctx: Context, key: str, got: Arrivals, ranks: list[int], clock: str,
+               host: HostLag | None) -> Finding:
+    """One ``straggler`` finding: a rank, or a whole host (``host``)."""
+    view = ctx.views[key]
+    hi = got.hi
+    lags = host.lags if host is not None else got.lags[ranks[0]]
+    last = host.last if host is not None else got.last[ranks[0]]
+    lag = statistics.median(lags)
+    p90 = sorted(lags)[min(len(lags) - 1, int(0.9 * len(lags)))]
+    rank = max(ranks, key=lambda r: (got.last.get(r, 0), -r))  # the one last most often
+    who = f"Rank {rank}"
+    whole = ""
+    latest = "its latest"
+    if host is not None:
+        who = f"Host {host.host} (ranks {rank_list(host.ranks)})"
+        whole = ", each of its ranks in turn: the whole host is slow, not one rank"
+        latest = f"the latest of rank {rank} (last most often)"
+    where = frame_text(ctx.frame_at(rank, key, hi))
+    details: dict[str, object] = {"lag_ns": lag, "lag_p90_ns": p90, "samples": got.samples,
+                                  "last": last, "lost_share": round(got.lost_share(), 4)}
+    if host is not None:
+        details["host"] = host.host
+    return Finding(
+        kind="straggler", group=view.group, collective_seq_id=hi,
+        op=ctx.sig(rank, key, hi).op if ctx.sig(rank, key, hi) else None,
+        culprit_ranks=list(ranks), waiting_ranks=[],
+        message=(f"{who} arrived last at {last} of the {got.samples} newest finished "
+                 f"collectives of {view.group.label()}, a median {ms(lag)} (p90 {ms(p90)}) "
+                 f"after the first rank{clock}{whole}; the group's ranks lost "
+                 f"{got.lost_share() * 100:.1f} % of their time waiting for late arrivals; "
+                 f"{latest} is {ctx.op_at(rank, key, hi)} at {where}."),
+        details=details,
+    )
 
 
 def stale_dumps(ctx: Context, stale_s: float = 30.0) -> dict[int, int]:

@@ -27,7 +27,8 @@ Perfetto (:func:`perfetto_trace`), Chrome trace-event JSON that ui.perfetto.dev 
    ``max_ranks``; the newest ``max_per_track`` records per track.
 
 HTML (:func:`html_report`): one self-contained file (its hosts:
-:func:`~commscope.analyze.present.byhost.host_section`;
+:func:`~commscope.analyze.present.byhost.host_section`; who waits for whom, drawn:
+:mod:`~commscope.analyze.present.waitgraph`, as an SVG made here;
 rank lists with their hosts when the job spans hosts), the data embedded in a
 ``<script type="application/json">`` block (Chromium refuses ``fetch()`` of a
 neighbouring ``file://``), our own CSS and JS from ``commscope/viewer/report.*``,
@@ -50,10 +51,13 @@ from commscope.analyze.analysis import Analysis
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
 from commscope.analyze.present.byhost import HostView, host_section, ranks_with_hosts
 from commscope.analyze.present.report import p2p_stops
+from commscope.analyze.present.waitgraph import wait_graph
+from commscope.analyze.present.waitsvg import render_svg
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.text import rank_list
 
 __all__ = [
+    "analysis_json",
     "write_json",
     "perfetto_trace",
     "write_perfetto",
@@ -72,9 +76,18 @@ def _write(path: str | os.PathLike[str], text: str) -> None:
     os.replace(tmp, path)
 
 
+def analysis_json(a: Analysis) -> dict[str, Any]:
+    """:meth:`Analysis.to_json` with the wait-for graph's model added (``wait_graph``:
+    ``null`` when nobody waits; docs/analyze.md)."""
+    doc = a.to_json()
+    graph = wait_graph(a)
+    doc["wait_graph"] = graph.to_json() if graph else None
+    return doc
+
+
 def write_json(a: Analysis, path: str | os.PathLike[str]) -> None:
-    """Write :meth:`Analysis.to_json` to ``path`` (atomically)."""
-    _write(path, json.dumps(a.to_json(), indent=2) + "\n")
+    """Write :func:`analysis_json` to ``path`` (atomically)."""
+    _write(path, json.dumps(analysis_json(a), indent=2) + "\n")
 
 
 def _chosen_ranks(a: Analysis, max_ranks: int) -> list[int]:
@@ -406,6 +419,15 @@ def _asset(name: str) -> str:
     return resources.files("commscope").joinpath("viewer", name).read_text(encoding="utf-8")
 
 
+def _wait_graph(a: Analysis) -> dict[str, Any] | None:
+    """The "who waits for whom" section: the drawing and its model (``None``: nobody
+    waits)."""
+    graph = wait_graph(a)
+    if not graph:
+        return None
+    return {"svg": render_svg(graph), "model": graph.to_json(), "caption": graph.caption}
+
+
 def html_report(a: Analysis, title: str | None = None) -> str:
     """The analysis as one self-contained HTML page (see module doc)."""
     doc = a.to_json()
@@ -425,6 +447,7 @@ def html_report(a: Analysis, title: str | None = None) -> str:
         "group_labels": [f.group.display if f.group else None for f in a.findings],
         "groups": _group_table(a),
         "timeline": timeline_data(a),
+        "wait_graph": _wait_graph(a),
         "source": a.load.root,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
         "elapsed_s": round(a.elapsed_s, 3),

@@ -42,6 +42,7 @@ from commscope.analyze.model import (
     Track,
 )
 from commscope.analyze.read.places import blocked_call, split_at_handler, user_place
+from commscope.analyze.read.prints import read_prints
 from commscope.analyze.read.records import (
     R_CREATED,
     R_IDT,
@@ -258,6 +259,7 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
     _threads_and_exception(data, dump)
     _job(data, dump)
     _thread_deaths(data, dump)
+    read_prints(data, dump, problems)
     _place(data, dump, problems)
     _creations(data, dump, problems)
     config = data.get("pg_config")
@@ -413,6 +415,8 @@ def _align_clock(data: dict[str, Any], dump: RankDump, problems: list[str]) -> N
     for op in dump.p2p:
         if op.created > 0:
             op.created -= off
+    for rows in dump.prints.values():
+        rows.arrived_ns = [t - off for t in rows.arrived_ns]
     for name in ("dump_time_ns", "first_created_ns", "last_created_ns"):
         value = getattr(dump, name)
         if value:

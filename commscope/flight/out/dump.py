@@ -26,6 +26,7 @@ from typing import Any
 from commscope import __version__
 from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
 from commscope.flight.out.threads import exception_record, thread_stacks
+from commscope.flight.record.agree.fingerprint import fields as fingerprint_fields
 from commscope.flight.record.entry import COMPLETED, entry_to_dict
 from commscope.flight.record.recorder import Recorder
 
@@ -122,6 +123,9 @@ def build_dump(
     table = rec.hosts.table if rec.hosts is not None else None
     if table is not None:
         out["commscope_hosts"] = table
+    prints = fingerprint_fields(rec.groups)
+    if prints is not None:
+        out["commscope_fingerprints"] = prints
     cache: dict[Any, Any] = {}
     creations = rec.creations.snapshot()
     if only_active:

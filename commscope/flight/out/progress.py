@@ -239,7 +239,7 @@ ENTRY_FIELDS = ("record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id",
 _N_FIELDS = len(ENTRY_FIELDS)
 _AGREE_FIELDS = ("root", "reduce_op", "input_split_sizes", "output_split_sizes")
 """``commscope_agree`` maps a record id to these, what every rank must pass alike
-(:mod:`commscope.flight.record.arguments`); kept beside the entry lists so that a reader
+(:mod:`commscope.flight.record.agree.arguments`); kept beside the entry lists so that a reader
 of an older version still reads those lists."""
 
 

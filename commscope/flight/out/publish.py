@@ -36,6 +36,8 @@ from commscope.flight.out import progress
 from commscope.flight.out.handlers import handler_list, issued_in_handlers, signal_handler_codes
 from commscope.flight.out.requests import WINDOW, ProvenRequests, RateLimit
 from commscope.flight.out.threads import walk_stack
+from commscope.flight.record.agree.fingerprint import PUBLISHED
+from commscope.flight.record.agree.fingerprint import fields as fingerprint_fields
 from commscope.flight.record.entry import COMPLETED, frame_dicts
 from commscope.flight.record.recorder import Recorder
 from commscope.flight.record.stack import trim_to_user
@@ -412,6 +414,9 @@ class Publisher:
         channels = self._channels.fields(keep)
         if agree:  # beside the entries: an older reader's fixed-length entry lists stay
             signals["commscope_agree"] = agree
+        prints = fingerprint_fields(rec.groups, bits=32, last=PUBLISHED)
+        if prints is not None:
+            signals["commscope_fingerprints"] = prints
         return {**signals, **channels,
             "commscope_watch": progress.VERSION,
             "rank": rec.global_rank,

@@ -5,7 +5,7 @@ dump is readable by PyTorch's ``fr_trace`` as well as by :mod:`commscope.analyze
 fields are ours: ``peer`` (the global rank of a p2p op's other side), ``mesh_axis``
 (the axis name of a group whose description is ``mesh_<axis>``), ``failed``, and, where
 they apply, ``root``, ``reduce_op``, ``input_split_sizes`` and ``output_split_sizes``
-(what every rank must pass alike: :mod:`commscope.flight.record.arguments`).
+(what every rank must pass alike: :mod:`commscope.flight.record.agree.arguments`).
 
 An entry never holds a tensor: shapes are ``torch.Size`` tuples of ints, dtypes are c10
 names such as ``"Float"``, and the Python stack is kept as (code object, instruction
@@ -97,7 +97,7 @@ class Entry:
     """The first tensor's device; set only for polled (NCCL/XCCL) entries."""
     agree: tuple[Any, Any, Any, Any] | None
     """What every rank must pass alike: ``(root, reduce_op, input_splits, output_splits)``
-    (see :mod:`commscope.flight.record.arguments`), ``None`` when nothing applies."""
+    (see :mod:`commscope.flight.record.agree.arguments`), ``None`` when nothing applies."""
 
     @property
     def thread_name(self) -> str:

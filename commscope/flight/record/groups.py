@@ -41,6 +41,7 @@ class GroupInfo:
         "collective_seq_id",
         "default_backend",
         "desc",
+        "fp",
         "last_completed",
         "last_enqueued",
         "last_started",
@@ -106,6 +107,9 @@ class GroupInfo:
         """Weak reference to the recording group (set when the group is registered)."""
         self.batch_p2p_seq: int | None = None
         """The p2p seq id shared by the ops of the current ``batch_isend_irecv``."""
+        self.fp: Any = None
+        """The group's running :class:`~commscope.flight.record.agree.fingerprint.Fingerprint`
+        (set by the recorder when fingerprints are on)."""
 
     def alive(self) -> bool:
         """Whether the group object still exists and is still known to torch."""

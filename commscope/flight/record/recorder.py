@@ -40,7 +40,9 @@ from typing import Any
 from commscope.collectives import normalize_dtype_name
 from commscope.compat import has, work_failed
 from commscope.flight.config import FlightConfig
-from commscope.flight.record.arguments import READERS as _READERS
+from commscope.flight.record.agree.arguments import READERS as _READERS
+from commscope.flight.record.agree.fingerprint import Fingerprint
+from commscope.flight.record.agree.fingerprint import fold as _fold
 from commscope.flight.record.creations import Creation, Creations
 from commscope.flight.record.entry import COMPLETED, SCHEDULED, STARTED, Entry
 from commscope.flight.record.groups import POLLED_BACKENDS, GroupInfo
@@ -175,6 +177,8 @@ class Recorder:
         """Register a group this rank is a member of; returns its :class:`GroupInfo`."""
         with self._groups_lock:
             info = GroupInfo(self.next_pg_id, name, desc, ranks, rank, backends, timeout_ms)
+            if self.config.fingerprint:
+                info.fp = Fingerprint()
             self.next_pg_id += 1
             self.groups.append(info)
         return info
@@ -364,6 +368,9 @@ class Recorder:
                     if started:
                         info.last_started = coll
                     p2p = info.p2p_seq_id
+                    fp = info.fp
+                    if fp is not None:
+                        _fold(fp, op, e, coll, now)
                 e.record_id = rid
                 e.collective_seq_id = coll
                 e.p2p_seq_id = p2p
