@@ -216,6 +216,8 @@ def _live_verdict(source: StoreSource, write: Callable[[str], None],
     write(f"live verdict (every rank's record, all hosts): {state}: {snap.get('headline', '')}")
     for f in snap.get("findings", [])[:4]:
         write(f"  [{f['kind']}] {f['message']}")
+    for f in snap.get("desyncs", [])[:4]:  # told by the ranks' running fingerprints
+        write(f"  [{f['kind']}] {f['message']}")
 
 
 def incident_summary(source: StoreSource, notes: dict[int, dict[str, Any]],

@@ -1166,7 +1166,24 @@ def on_demand_request_stuck(rank: int, world: int, store_path: str) -> None:
     hang()
 
 
-_NO_INIT.update({on_demand_request_running, on_demand_request_stuck})
+def desync_running_dumped(rank: int, world: int, store_path: str) -> None:
+    """A loop of alike all_reduces; at step 5 rank 1 passes its gradients as int32 where
+    the others pass float32 (same byte count), and the job runs on. ``commscope dump``
+    asks for the dumps 1.5 s in, while the ranks are a step apart: the analysis must call
+    it a different dtype at #6, not an extra call (in a loop of alike calls a shift fits
+    too)."""
+    _init_gloo(rank, world, store_path)
+    if rank == 0:
+        _commscope_dump_after(store_path, world, 1.5)
+    t = torch.ones(1 << 10)
+    for step in range(250):
+        dist.all_reduce(t.to(torch.int32) if (rank == 1 and step == 5) else t)
+        time.sleep(0.01)
+    dist.barrier()
+    hang()
+
+
+_NO_INIT.update({on_demand_request_running, on_demand_request_stuck, desync_running_dumped})
 
 
 # ---- torch.compile (issue 32 item 6)
@@ -1688,6 +1705,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                     says=["RuntimeError", "bad batch"], unusable=[3]),
              damage=_records_as_text),
     # ---- silent desyncs (issue 33 item 3): the running fingerprints
+    Scenario("desync_running_dumped", 4, desync_running_dumped,
+             Expect("desync", "dtype_mismatch", [1], seq=6, says=["Int", "Float"]),
+             # its records are read while ranks are mid-step, a moment the test's fixed
+             # clock cannot age (the live path: silent_* and tests/dist/test_watch_running)
+             timeout_s=30.0, live=False),
     Scenario("silent_dtype_desync", 4, silent_dtype_desync,
              Expect("desync", "dtype_mismatch", [2], says=["Int", "Float"])),
     Scenario("silent_shape_desync", 4, silent_shape_desync,

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from commscope.cli import main
 from commscope.watch.command import SnapshotMaker, resolve_address
 from commscope.watch.source import StoreSource
 from tests.jobs.launch import start
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(180)]
 INTERVAL_S = 0.5
 
 
-def test_a_slow_rank_and_a_silent_desync_are_named_while_the_job_runs_on(tmp_path):
+def test_a_slow_rank_and_a_silent_desync_are_named_while_the_job_runs_on(tmp_path, capsys):
     desync, slow = tmp_path / "desync", tmp_path / "slow"
     job = start(tmp_path, interval_s=INTERVAL_S, DESYNC_FILE=str(desync),
                 SLOW_FILE=str(slow))
@@ -89,5 +90,10 @@ def test_a_slow_rank_and_a_silent_desync_are_named_while_the_job_runs_on(tmp_pat
         # no longer reach back to it (16 folds, 20 steps a second), the watcher does
         assert later["desyncs"][0]["kind"] == "dtype_mismatch", later["desyncs"]
         assert min(r["step"] for r in later["ranks"]) > max(steps)  # and the job runs on
+        # `commscope dump` says it too: first from the records, then from the files
+        assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
+        out = capsys.readouterr().out
+        assert "live verdict (every rank's record, all hosts): DESYNC" in out, out
+        assert "[dtype_mismatch]" in out and "verdict: DESYNC" in out, out
     finally:
         job.stop()

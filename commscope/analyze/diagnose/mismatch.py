@@ -13,6 +13,9 @@ Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequenc
      m[s+k]`` for ``k >= 1``): one call differs, go to step 3 (with the same op every
      step a shift fits too, but a skipped or extra call leaves one side a record short
      or over);
+   * the same op with other arguments (a dtype, a shape) and the rest lines up
+     unshifted: one call differs, go to step 3, whatever the counts (a job dumped while
+     it runs is caught a step apart, and in a loop of alike calls a shift fits too);
    * the culprit's collectives equal the majority's shifted by one (``c[s+k] ==
      m[s+k+1]``): the culprit **skipped** collective ``seq`` (``missing_rank``);
    * shifted the other way: it issued an **extra** collective (``op_mismatch``);
@@ -83,6 +86,12 @@ def _shape(ctx: Context, view: GroupView, m: Mismatch, culprit: int) -> tuple[st
             return "order", k
     if overlap >= 2 and cul_t.hi == ref_t.hi and c[1:overlap] == r[1:overlap]:
         return "plain", 1  # as many records, the rest unshifted: one call differs
+    if overlap >= 2 and c[1:overlap] == r[1:overlap] and _same_op(ctx, key, m.seq, culprit,
+                                                                  m.agreeing[0]):
+        # the same op with other arguments and the rest unshifted: one call differs (in a
+        # loop of alike calls a shift fits too, but the op says it is the same call; the
+        # counts cannot tell in a job dumped while it runs, caught mid-step)
+        return "plain", 1
     n = min(len(c), len(r) - 1)
     if n >= 1 and c[:n] == r[1:n + 1]:
         return "skip", 1
@@ -90,6 +99,13 @@ def _shape(ctx: Context, view: GroupView, m: Mismatch, culprit: int) -> tuple[st
     if n >= 1 and c[1:n + 1] == r[:n]:
         return "extra", 1
     return "plain", 1
+
+
+def _same_op(ctx: Context, key: str, seq: int, a: int, b: int) -> bool:
+    """Whether ranks ``a`` and ``b`` issued the same op (not coalesced) as ``seq``."""
+    x, y = ctx.sig(a, key, seq), ctx.sig(b, key, seq)
+    return x is not None and y is not None and not x.members and not y.members \
+        and x.op == y.op
 
 
 def _sig_kind(ctx: Context, a: Sig | None, b: Sig | None) -> str:
@@ -283,19 +299,29 @@ def _unfinished(ctx: Context, split: PrintSplit) -> bool:
 
 def print_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """``findings`` (the record-based disagreements) with a finding added per group whose
-    fingerprints part where they say nothing of that group (see module doc). A tie the
-    records could not break (a progress record keeps a few) gives way to the
-    fingerprints' finding where their longer history breaks it."""
+    fingerprints part where they say nothing of that group (see module doc). Where the
+    records are progress records (a few records each, gaps between them), an exact split
+    the fingerprints place replaces what the records said of that group at or after it:
+    the fingerprints saw every collective, the records only some. So does a tie the
+    records could not break where the fingerprints' longer history breaks it."""
     out = list(findings)
     for split in compare_prints(ctx.load, ctx.groups):
         view = ctx.views.get(split.group)
         if split.shifted or split.group not in ctx.groups or _unfinished(ctx, split):
             continue
-        told = [f for f in out if f.group is not None and f.group.key == split.group]
-        if told and all(f.details.get("tie") and f.collective_seq_id == split.seq
-                        for f in told) and split.exact and not split.tie:
+        told = [f for f in out if f.group is not None and f.group.key == split.group
+                and (f.kind in MISMATCH_KINDS or (f.kind == "missing_rank"
+                                                  and not f.blocking))]
+        sparse = any(ctx.load.dumps[r].dump_reason == "watch"
+                     for ranks, _ in split.sides for r in ranks if r in ctx.load.dumps)
+        if told and split.exact and not split.tie and (
+                (sparse and all(f.collective_seq_id is not None
+                                and f.collective_seq_id >= split.seq for f in told))
+                or all(f.details.get("tie") and f.collective_seq_id == split.seq
+                       for f in told)):
             out = [f for f in out if f not in told]
-        elif told or (view is not None and (view.mismatches or view.more_mismatches)):
+        elif told or (view is not None and (view.mismatches or view.more_mismatches)
+                      and not sparse):
             continue
         out.append(_print_finding(ctx, split))
     return out
