@@ -12,7 +12,9 @@ collective with an extra one. Two parts, one run:
 2. **The same loop on real gloo ranks** (2 processes, a small all_reduce): no recorder,
    the recorder without fingerprints, with them, and PyTorch's DETAIL mode, each a
    fresh job (DETAIL is set when groups are made), rounds interleaved; medians and the
-   ratios to the plain loop.
+   ratios to the plain loop. Fresh jobs on a shared 2-core box move by more than a
+   fingerprint costs, so one more job switches the fingerprints off and on every 100
+   all_reduces on both ranks (paired): the median difference is the steadier figure.
 
     python bench/fingerprint.py [--iters 2000] [--rounds 30] [--gloo-iters 2000] [--gloo-rounds 3]
 """
@@ -93,13 +95,24 @@ def _gloo_rank(rank: int, mode: str, iters: int, port: int, out: object) -> None
     elif mode != "none":
         flight.enable(dump_prefix=os.path.join(tempfile.mkdtemp(), "rank_"), watchdog=False,
                       handle_signals=False, dump_on_exception=False,
-                      fingerprint=mode == "fingerprint")
+                      fingerprint=mode != "recorder")
     dist.init_process_group("gloo", rank=rank, world_size=2)
     t = torch.ones(64)
     for _ in range(200):  # warm up
         dist.all_reduce(t)
     dist.barrier()
-    us = _per_op_us(lambda: dist.all_reduce(t), iters)
+    if mode == "paired":  # one job, fingerprints off and on block by block, both ranks
+        block = 100
+        diffs = []
+        for _ in range(max(1, iters // (2 * block))):
+            _set_prints(False)
+            off = _per_op_us(lambda: dist.all_reduce(t), block)
+            _set_prints(True)
+            on = _per_op_us(lambda: dist.all_reduce(t), block)
+            diffs.append(on - off)
+        us = statistics.median(diffs)
+    else:
+        us = _per_op_us(lambda: dist.all_reduce(t), iters)
     if rank == 0:
         out.put(us)  # type: ignore[attr-defined]
     dist.barrier()
@@ -109,10 +122,10 @@ def _gloo_rank(rank: int, mode: str, iters: int, port: int, out: object) -> None
 def gloo_loop(iters: int, rounds: int) -> dict[str, float]:
     """Part 2: median us per all_reduce of a 2-rank gloo job, by mode."""
     ctx = mp.get_context("spawn")
-    got: dict[str, list[float]] = {m: [] for m in MODES}
+    got: dict[str, list[float]] = {m: [] for m in (*MODES, "paired")}
     port = 29600 + os.getpid() % 1000
     for r in range(rounds):
-        for mode in MODES:
+        for mode in (*MODES, "paired"):
             q = ctx.Queue()
             port += 1
             procs = [ctx.Process(target=_gloo_rank, args=(rank, mode, iters, port, q))
@@ -123,7 +136,7 @@ def gloo_loop(iters: int, rounds: int) -> dict[str, float]:
             for p in procs:
                 p.join(60)
         print(f"  gloo round {r + 1}/{rounds}: " + ", ".join(
-            f"{m} {got[m][-1]:.1f}" for m in MODES), flush=True)
+            f"{m} {got[m][-1]:.1f}" for m in (*MODES, "paired")), flush=True)
     return {m: statistics.median(v) for m, v in got.items()}
 
 
@@ -150,6 +163,8 @@ def main() -> int:
     print(f"{'mode':12} {'us/op':>8} {'ratio':>7}")
     for m in MODES:
         print(f"{m:12} {loop[m]:8.1f} {loop[m] / base:7.2f}")
+    print(f"paired, in one recording job (fingerprints off/on every 100 all_reduces): "
+          f"{loop['paired']:+.2f} us per all_reduce for the fingerprint")
     return 0
 
 

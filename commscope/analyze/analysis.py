@@ -103,7 +103,8 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
                    straggler_ms: float = STRAGGLER_MS, stall_s: float = ON_DEMAND_STALL_S,
                    in_memory: dict[str, list[Any]] | None = None) -> Analysis:
     """Steps 2-4 of :func:`analyze` on dumps that are already loaded (``in_memory``:
-    path → records, for dumps that are not files)."""
+    path → records, for dumps that are not files). ``straggler_ms=inf`` (the live view:
+    a record's few entries cannot time anyone) skips the arrival figures altogether."""
     start = time.perf_counter()
     expected = expected_ranks(load, world_size)
     groups = build_groups(load, expected)
@@ -113,7 +114,8 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     issues = match_p2p(load, groups)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
                   frames=FrameSource(load, in_memory), hosts=HostMap(load.dumps),
-                  arrivals=group_arrivals(load, views))
+                  arrivals=group_arrivals(load, views) if straggler_ms != float("inf")
+                  else {})
     findings = diagnose(ctx, straggler_ms=straggler_ms, stall_s=stall_s)
     loaded = sorted(load.dumps)
     return Analysis(

@@ -215,6 +215,12 @@ class LiveCache:
         self.prints: dict[int, tuple[int, RankDump]] = {}
         self.arrived: dict[str, dict[int, dict[int, tuple[int, str]]]] = {}
         """Group name → rank → sequence number → (arrival ns on rank 0's clock, op)."""
+        self._timed: tuple[frozenset[int], dict[str, Arrivals]] | None = None
+        """The last :meth:`arrivals` result, while no record brought new arrivals."""
+        self._splits: tuple[frozenset[int], list[PrintSplit]] | None = None
+        """The last :func:`print_splits` result, while no record changed."""
+        self._rows: list[dict[str, Any]] | None = None
+        """The last "slowest ranks" rows, for the arrivals of :attr:`_timed`."""
         self.told: dict[tuple[str, tuple[int, ...]], Finding] = {}
         """The first exact desync seen per (group, culprits): a later refresh whose
         kept folds no longer reach back to it tells it by this one."""
@@ -253,6 +259,7 @@ class LiveCache:
                         rows.arrived_ns = [t - off for t in rows.arrived_ns]
             hit = self.prints[r] = (version, d)
             self._note_arrivals(d)
+            self._timed = self._splits = None
         return hit[1]
 
     def _note_arrivals(self, d: RankDump) -> None:
@@ -272,6 +279,8 @@ class LiveCache:
         """Group name → the arrival figures of its newest collectives every member has
         published (:func:`commscope.analyze.align.arrivals.tally`), over the refreshes of
         this watch; only ranks in ``ranks_now`` (not silent) count."""
+        if self._timed is not None and self._timed[0] == frozenset(ranks_now):
+            return self._timed[1]  # a stuck job's records do not change
         out: dict[str, Arrivals] = {}
         for name, by_rank in self.arrived.items():
             ranks = sorted(r for r in by_rank if r in ranks_now)
@@ -285,6 +294,7 @@ class LiveCache:
             columns = [[by_rank[r][s][0] for s in seqs] for r in ranks]
             tally(got, columns, [by_rank[ranks[0]][s][1] for s in seqs])
             out[name] = got
+        self._timed = (frozenset(ranks_now), out)
         return out
 
     def as_dump(self, fetched: Fetched, r: int) -> dict[str, Any]:
@@ -302,7 +312,15 @@ class LiveCache:
         version = _version(fetched, r)
         hit = self.loaded.get(r)
         if hit is None or hit[0] != version or version < 0:
-            d = extract_dump(data, f"store: rank {r}", r)
+            prints = self.prints.get(r)
+            if prints is not None and prints[0] == version and version >= 0:
+                # read once (by :meth:`fingerprints`, clock already aligned), not twice
+                d = extract_dump({k: v for k, v in data.items()
+                                  if k != "commscope_fingerprints"}, f"store: rank {r}", r)
+                fp = prints[1]
+                d.prints, d.print_table, d.print_bits = fp.prints, fp.print_table, fp.print_bits
+            else:
+                d = extract_dump(data, f"store: rank {r}", r)
             finish_sigs(d, self.table)
             hit = (version, d)
             self.loaded[r] = hit
@@ -338,6 +356,8 @@ def print_splits(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: 
     the ranks whose records carry it (a group's name is the same on every member)."""
     dumps = {r: cache.fingerprints(fetched, r, data) for r, data in as_dumps.items()
              if r not in silent}
+    if cache._splits is not None and cache._splits[0] == frozenset(dumps):
+        return cache._splits[1]  # no record changed since the last refresh
     members: dict[str, list[int]] = {}
     for r in sorted(dumps):
         for name in dumps[r].prints:
@@ -345,9 +365,10 @@ def print_splits(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: 
     groups = {name: Group(key=name, name=name, desc="", ranks=tuple(ranks),
                           membership="entries")
               for name, ranks in members.items() if len(ranks) > 1}
-    if not groups:
-        return []
-    return compare_prints(LoadResult(dumps=dumps, unreadable=[], sigs=SigTable()), groups)
+    splits = compare_prints(LoadResult(dumps=dumps, unreadable=[], sigs=SigTable()),
+                            groups) if groups else []
+    cache._splits = (frozenset(dumps), splits)
+    return splits
 
 
 def _slowest(cache: LiveCache, groups: list[dict[str, Any]], silent: set[int]
@@ -356,7 +377,10 @@ def _slowest(cache: LiveCache, groups: list[dict[str, Any]], silent: set[int]
     arrivals the records' fingerprints carried over this watch's refreshes, with the
     analyzer's thresholds."""
     dumps = {r: d for r, (_, d) in cache.prints.items() if r not in silent}
+    timed = cache._timed
     arrivals = cache.arrivals(set(dumps))
+    if timed is not None and cache._timed is timed and cache._rows is not None:
+        return cache._rows  # nothing new arrived since the last refresh
     hosts = HostMap(dumps)
     home = hosts.host(0)
     for got in arrivals.values():  # one clock, or no claim (as the analyzer does)
@@ -369,7 +393,8 @@ def _slowest(cache: LiveCache, groups: list[dict[str, Any]], silent: set[int]
     named = {name: Group(key=name, name=name, desc=descs.get(name) or "undefined",
                          ranks=tuple(got.ranks), membership="entries")
              for name, got in arrivals.items()}
-    return slowest_rows(arrivals, named, hosts)
+    cache._rows = slowest_rows(arrivals, named, hosts)
+    return cache._rows
 
 
 def _slow_phrase(rows: list[dict[str, Any]]) -> str:

@@ -22,6 +22,7 @@ healthy refresh of ``commscope watch``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 
@@ -94,12 +95,9 @@ def compare_prints(load: LoadResult, groups: dict[str, Group]) -> list[PrintSpli
         firsts = [load.dumps[r].prints[g.name] for r in members]
         at_newest = set()
         for rows in firsts:  # the cheap check first: one fingerprint per member
-            try:
-                i = len(rows.seqs) - 1 - rows.seqs[::-1].index(newest)
-            except ValueError:
-                at_newest.add(None)
-                continue
-            at_newest.add(rows.cums[i] & mask)
+            i = bisect_right(rows.seqs, newest) - 1  # the last fold of that step
+            at_newest.add(rows.cums[i] & mask if i >= 0 and rows.seqs[i] == newest
+                          else None)
         if len(at_newest) == 1 and None not in at_newest:
             continue
         steps = {r: _steps(load, r, g.name, mask) for r in members}

@@ -25,6 +25,8 @@ MAX_GROUPS = 4096
 """Groups read per dump."""
 
 _INT64 = 2**63
+_MAX_US = 2**53
+"""Arrival offsets (us) beyond this are not a time."""
 
 
 def _what(item: Any) -> PrintWhat | None:
@@ -69,22 +71,26 @@ def read_prints(data: dict[str, Any], dump: RankDump, problems: list[str]) -> No
             bad += 1
             continue
         got = PrintRows([], [], [], [])
+        seqs, cums, refs, times = got.seqs, got.cums, got.what, got.arrived_ns
         last = 0
+        top = 1 << bits
+        n_whats = len(whats)
         for row in rows[-MAX_ROWS:]:
-            if not (isinstance(row, list) and len(row) == 4
-                    and all(type(x) is int for x in row)):
+            try:
+                seq, cum, what, t_us = row
+            except (TypeError, ValueError):
                 bad += 1
                 continue
-            seq, cum, what, t_us = row
-            if seq < last or not 0 < seq < _INT64 or not 0 <= cum < (1 << bits) \
-                    or not -_INT64 < t_us * 1000 < _INT64:
+            if not (type(seq) is int and type(cum) is int and type(what) is int
+                    and type(t_us) is int and last <= seq < _INT64 and seq > 0
+                    and 0 <= cum < top and -_MAX_US < t_us < _MAX_US):
                 bad += 1
                 continue
             last = seq
-            got.seqs.append(seq)
-            got.cums.append(cum)
-            got.what.append(what if 0 <= what < len(whats) and whats[what] else -1)
-            got.arrived_ns.append(t0 + t_us * 1000)
+            seqs.append(seq)
+            cums.append(cum)
+            refs.append(what if 0 <= what < n_whats and whats[what] else -1)
+            times.append(t0 + t_us * 1000)
         if got.seqs:
             dump.prints[name[:200]] = got
     if bad:
