@@ -284,3 +284,12 @@ def test_world_size_is_honoured_and_two_jobs_are_never_merged():
     assert sorted(u.rank for u in said.load.other_jobs) == [4, 5, 6, 7]  # still not merged
     native = analyze(DATA / "restarted_job" / "native")  # no job id: sizes and times tell
     assert native.expected == [0, 1, 2, 3] and native.load.other_jobs
+
+
+def test_a_desync_that_hangs_later_is_in_the_live_view_beside_the_hang():
+    # rank 3 all-reduced an int32 metric (silent), then stopped stepping: the live view
+    # heads with the hang and still lists the desync its fingerprints show
+    snap = _live_snapshot("desync_then_hang")
+    assert snap["state"] == "stuck" and snap["findings"][0]["kind"] == "missing_rank"
+    assert [(f["kind"], f["culprit_ranks"]) for f in snap["desyncs"]] == [
+        ("dtype_mismatch", [3])], snap["desyncs"]
