@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from commscope.analyze.align.arrivals import Arrivals, tally
@@ -221,6 +221,9 @@ class LiveCache:
         """The last :func:`print_splits` result, while no record changed."""
         self._rows: list[dict[str, Any]] | None = None
         """The last "slowest ranks" rows, for the arrivals of :attr:`_timed`."""
+        self.agreed: dict[str, int] = {}
+        """Group name → the newest sequence number at which this watch saw every member's
+        fingerprint agree (narrows a split older than the records' folds)."""
         self.told: dict[tuple[str, tuple[int, ...]], Finding] = {}
         """The first exact desync seen per (group, culprits): a later refresh whose
         kept folds no longer reach back to it tells it by this one."""
@@ -233,7 +236,16 @@ class LiveCache:
         for f in desyncs:
             key = (f.group.key if f.group else "", tuple(sorted(f.culprit_ranks)))
             if f.details.get("fingerprint") and f.kind == "fingerprint_mismatch":
-                f = self.told.get(key, f)
+                known = self.told.get(key)
+                agreed = self.agreed.get(key[0])
+                if known is not None:
+                    f = known
+                elif agreed is not None and f.collective_seq_id is not None \
+                        and agreed < f.collective_seq_id:
+                    f = replace(f, message=(
+                        f"{f.message} This watch saw them agree up to #{agreed}: the first "
+                        f"collective they differ at is one of #{agreed + 1}-"
+                        f"#{f.collective_seq_id}."))
             elif key not in self.told:
                 self.told[key] = f
             out.append(f)
@@ -367,6 +379,12 @@ def print_splits(fetched: Fetched, as_dumps: dict[int, dict[str, Any]], silent: 
               for name, ranks in members.items() if len(ranks) > 1}
     splits = compare_prints(LoadResult(dumps=dumps, unreadable=[], sigs=SigTable()),
                             groups) if groups else []
+    split_groups = {sp.group for sp in splits}
+    for name, g in groups.items():  # where they agree: remembered to narrow a later split
+        if name not in split_groups:
+            newest = min(dumps[r].prints[name].seqs[-1] for r in g.ranks)
+            if all(newest in dumps[r].prints[name].seqs for r in g.ranks):  # compared
+                cache.agreed[name] = max(newest, cache.agreed.get(name, 0))
     cache._splits = (frozenset(dumps), splits)
     return splits
 

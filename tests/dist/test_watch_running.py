@@ -10,6 +10,7 @@ rank 1 and the dtypes within two publishing intervals, while the job keeps stepp
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -64,6 +65,13 @@ def test_a_slow_rank_and_a_silent_desync_are_named_while_the_job_runs_on(tmp_pat
         assert row["group"] == "default_pg" and row["ranks"][0]["lag_median_ms"] >= 30, row
         assert "rank 2 arrives last" in snap["headline"], snap["headline"]
         slow.unlink()
+        # a second watcher that looks only now and then: between its two looks more
+        # steps pass than a record carries folds, so it cannot place the split exactly,
+        # but narrows it to the steps since it last saw the ranks agree
+        lazy_source = StoreSource(resolve_address(None, None, str(job.watch_file)))
+        lazy_source.connect()
+        lazy = SnapshotMaker(lazy_source)
+        assert lazy()["desyncs"] == []
         desync.write_text("now")
         at = desync.with_name("desync.at")
         while not at.exists():
@@ -90,6 +98,16 @@ def test_a_slow_rank_and_a_silent_desync_are_named_while_the_job_runs_on(tmp_pat
         # no longer reach back to it (16 folds, 20 steps a second), the watcher does
         assert later["desyncs"][0]["kind"] == "dtype_mismatch", later["desyncs"]
         assert min(r["step"] for r in later["ranks"]) > max(steps)  # and the job runs on
+        exact = root["collective_seq_id"]
+        while make()["groups"][0]["completed_min"] <= exact + 20:  # past a record's folds
+            assert time.monotonic() < deadline, "the job stopped stepping"
+            time.sleep(INTERVAL_S)
+        seen = lazy()["desyncs"][0]
+        assert seen["kind"] == "fingerprint_mismatch", seen
+        agreed = re.search(r"agree up to #(\d+): the first collective they differ at is one "
+                           r"of #(\d+)-#(\d+)", seen["message"])
+        assert agreed, seen["message"]
+        assert int(agreed[2]) <= exact <= int(agreed[3]), (exact, seen["message"])
         # `commscope dump` says it too: first from the records, then from the files
         assert main(["dump", "--file", str(job.watch_file), "--wait-s", "30"]) == 0
         out = capsys.readouterr().out

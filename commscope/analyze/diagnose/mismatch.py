@@ -267,13 +267,18 @@ def _print_finding(ctx: Context, split: PrintSplit) -> Finding:
                f"({variants}){at}: {side}. It completed, so the job went on with wrong "
                "data; seen in the ranks' running fingerprints.")
     else:
-        newest = min(ctx.load.dumps[r].prints[g.name].seqs[-1]
-                     for rs, _ in sides for r in rs)
+        members = [ctx.load.dumps[r] for rs, _ in sides for r in rs]
+        newest = min(d.prints[g.name].seqs[-1] for d in members)
+        if any(d.dump_reason == "watch" for d in members):  # progress records
+            older = ("What differed is older than the steps a progress record carries; "
+                     "`commscope dump` finds it in the ranks' rings")
+        else:
+            older = ("What differed is older than the records kept (a larger "
+                     "TORCH_FR_BUFFER_SIZE keeps more)")
         msg = (f"The ranks of {g.label()} stopped issuing the same collectives at or before "
                f"#{seq}: their running fingerprints differ at every collective all of them "
-               f"still keep (#{seq}-#{newest}), {side}. What differed is older than the "
-               "records kept (a larger TORCH_FR_BUFFER_SIZE keeps more); it completed, so "
-               "the job went on with wrong data.")
+               f"still keep (#{seq}-#{newest}), {side}. {older}; it completed, so the job "
+               "went on with wrong data.")
     return Finding(kind=kind, group=g, collective_seq_id=seq,
                    op=first[1].op if first[1] else None, culprit_ranks=culprits,
                    waiting_ranks=[], message=msg, blocking=False,
