@@ -33,7 +33,7 @@ from commscope.analyze.align.arrivals import (
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
 from commscope.analyze.text import frame_text, place_text, rank_list
 
-__all__ = ["stuck_lines", "slowest_rows", "slowest_lines"]
+__all__ = ["stuck_lines", "slowest_rows", "slowest_lines", "group_name", "call_text"]
 
 
 @dataclass
@@ -50,18 +50,21 @@ _MAX_LINES = 8
 """Stuck places shown; more are counted in one last line."""
 
 
-def _group_name(g: Group | None) -> str:
+def group_name(g: Group | None, key: str = "") -> str:
+    """What the stuck lines call a group: its description, else its (short) name;
+    ``key`` (else ``its group``) when the group is unknown."""
     if g is None:
-        return "its group"
+        return key or "its group"
     if g.desc and g.desc != "undefined":
         return g.desc
     return g.display
 
 
-def _call(f: Finding) -> str:
+def call_text(f: Finding) -> str:
+    """``all_reduce #5 of mesh_dp``: the collective a finding is about."""
     what = f.op or "a collective"
     seq = f" #{f.collective_seq_id}" if f.collective_seq_id else ""
-    return f"{what}{seq} of {_group_name(f.group)}"
+    return f"{what}{seq} of {group_name(f.group)}"
 
 
 def _doing(f: Finding) -> str:
@@ -69,23 +72,23 @@ def _doing(f: Finding) -> str:
     kind = f.kind
     one = len(f.culprit_ranks) == 1
     if kind == "missing_rank":
-        return f"never reached {_call(f)}"
+        return f"never reached {call_text(f)}"
     if kind == "crashed_rank":
         return "crashed"
     if kind == "p2p_unmatched":
         what = {"send": "recv", "recv": "send"}.get(f.op or "", "send/recv")
-        return f"never posted the matching {what} in {_group_name(f.group)}"
+        return f"never posted the matching {what} in {group_name(f.group)}"
     if kind in ("p2p_deadlock", "cross_group_deadlock"):
         return ("closes a cycle of waits (findings below)" if one
                 else "wait for each other in a cycle (findings below)")
     if kind == "stalled_collective":
-        return f"stuck inside {_call(f)}"
+        return f"stuck inside {call_text(f)}"
     if kind == "dumps_elsewhere":
         return "dumps on another host (not here)"
     if kind.endswith("_mismatch"):
         what = kind.removesuffix("_mismatch").replace("_", " ")
-        return f"{'disagrees' if one else 'disagree'} about {_call(f)} ({what})"
-    return f"{kind.replace('_', ' ')} in {_call(f)}"
+        return f"{'disagrees' if one else 'disagree'} about {call_text(f)} ({what})"
+    return f"{kind.replace('_', ' ')} in {call_text(f)}"
 
 
 def _where(a: _Job, f: Finding, rank: int) -> str:
@@ -115,13 +118,13 @@ def _waits_in(a: _Job, rank: int) -> tuple[str, str] | None:
                 continue
             peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}" \
                 if op.peer is not None else ""
-            return f"{op.op}{peer}", _group_name(a.groups.get(group))
+            return f"{op.op}{peer}", group_name(a.groups.get(group))
         t = d.tracks.get(group)
         if t is None or not t.lo <= seq <= t.hi:
             continue
         sid = t.sig[seq - t.lo]
         op = a.load.sigs.sigs[sid].op if 0 <= sid < len(a.load.sigs.sigs) else "a collective"
-        return f"{op} #{seq}", _group_name(a.groups.get(group))
+        return f"{op} #{seq}", group_name(a.groups.get(group))
     return None
 
 
@@ -150,7 +153,7 @@ def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Gro
             lines.append(f"{_who(a, culprits)}{f' at {at}' if at else ''} — {_doing(f)}")
         victims = sorted(set(f.victims) - set(culprits))
         if victims:
-            lines.append(f"{_who(a, victims)} died in {_call(f)} (its victims)")
+            lines.append(f"{_who(a, victims)} died in {call_text(f)} (its victims)")
         waiting = sorted(set(f.waiting_ranks) - set(culprits) - set(victims))
         if waiting and f.details.get("dead_culprit"):  # they came through the call
             verb = "waits" if len(waiting) == 1 else "wait"
@@ -161,10 +164,10 @@ def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Gro
             # who waits in it
             by_place: dict[str, dict[str, list[int]]] = {}
             for r in waiting:
-                what, group = _waits_in(a, r) or (_call(f).split(" of ")[0],
-                                                  _group_name(f.group))
+                what, group = _waits_in(a, r) or (call_text(f).split(" of ")[0],
+                                                  group_name(f.group))
                 by_place.setdefault(what, {}).setdefault(group, []).append(r)
-            own = _call(f).split(" of ")[0]
+            own = call_text(f).split(" of ")[0]
             for what, groups in sorted(by_place.items(),
                                        key=lambda kv: (kv[0] != own, min(min(v) for v in
                                                                          kv[1].values()))):
@@ -215,7 +218,7 @@ def slowest_rows(arrivals: dict[str, Arrivals], groups: dict[str, Group], hosts:
                     "straggler": h.host in slow}
                    for h in (got.by_host(hosts.host) if several else []) if h.last][:n]
         rows.append({
-            "group": _group_name(g) if g is not None else key,
+            "group": group_name(g, key),
             "group_ranks": list(g.ranks) if g is not None else list(got.ranks),
             "samples": got.samples, "first_seq": got.lo, "last_seq": got.hi,
             "ops": sorted(got.ops, key=lambda op: (-got.ops[op], op)),

@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from commscope.analyze.align.arrivals import Arrivals, tally
+from commscope.analyze.align.arrivals import Arrivals, note_clocks, tally
 from commscope.analyze.align.prints import PrintSplit, compare_prints
 from commscope.analyze.analysis import analyze_loaded
 from commscope.analyze.diagnose.findings import MISMATCH_KINDS
@@ -400,13 +400,8 @@ def _slowest(cache: LiveCache, groups: list[dict[str, Any]], silent: set[int]
     if timed is not None and cache._timed is timed and cache._rows is not None:
         return cache._rows  # nothing new arrived since the last refresh
     hosts = HostMap(dumps)
-    home = hosts.host(0)
     for got in arrivals.values():  # one clock, or no claim (as the analyzer does)
-        if len({hosts.host(r) for r in got.ranks} - {None}) > 1:
-            away = [r for r in got.ranks if r != 0 and (home is None or hosts.host(r) != home)]
-            got.unaligned = [r for r in away if dumps[r].clock_offset_ns is None]
-            got.clock_uncertainty_ns = max(
-                (dumps[r].clock_uncertainty_ns or 0 for r in away), default=0)
+        note_clocks(got, dumps, hosts.host)
     descs = {g["name"]: g["desc"] for g in groups}
     named = {name: Group(key=name, name=name, desc=descs.get(name) or "undefined",
                          ranks=tuple(got.ranks), membership="entries")

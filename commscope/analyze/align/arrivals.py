@@ -40,10 +40,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commscope.analyze.align.match import GroupView
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, LoadResult
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, LoadResult, RankDump
 
 __all__ = ["Arrivals", "HostLag", "Thresholds", "DEFAULT_THRESHOLDS", "STRAGGLER_MS",
-           "LAST_SHARE", "MIN_TIMED", "MIN_LOST_SHARE", "group_arrivals", "tally", "unusable",
+           "LAST_SHARE", "MIN_TIMED", "MIN_LOST_SHARE", "group_arrivals", "note_clocks", "tally",
+           "unusable",
            "WINDOW", "BUDGET"]
 
 WINDOW = 256
@@ -244,6 +245,21 @@ def tally(got: Arrivals, columns: list[Sequence[int]], ops: Sequence[str],
         got.span_ns = max(0, last_seen - first_seen)
 
 
+def note_clocks(got: Arrivals, dumps: dict[int, RankDump],
+                host_of: Callable[[int], str | None]) -> None:
+    """Step 2's claim on one clock: on several hosts, the members on another host than
+    rank 0's whose dump (ours) carries no clock offset make ``got`` unaligned, and the
+    largest uncertainty of the others' offsets is kept."""
+    if len({host_of(r) for r in got.ranks} - {None}) < 2:
+        return
+    home = host_of(0)
+    away = [r for r in got.ranks if r != 0 and (home is None or host_of(r) != home)]
+    got.unaligned = [r for r in away if dumps[r].source == "commscope"
+                     and dumps[r].clock_offset_ns is None]
+    got.clock_uncertainty_ns = max((dumps[r].clock_uncertainty_ns or 0 for r in away),
+                                   default=0)
+
+
 def group_arrivals(load: LoadResult, views: dict[str, GroupView], window: int = WINDOW,
                    budget: int = BUDGET) -> dict[str, Arrivals]:
     """Group key → :class:`Arrivals`, for groups with two or more members that all have
@@ -252,7 +268,6 @@ def group_arrivals(load: LoadResult, views: dict[str, GroupView], window: int = 
     per_group = budget // max(1, len(views))
     host = {r: d.place.host if d.place is not None else d.hostname
             for r, d in load.dumps.items()}
-    home = host.get(0)
     for key in sorted(views):
         view = views[key]
         ranks = [r for r in view.group.ranks if r in load.dumps]
@@ -275,12 +290,7 @@ def group_arrivals(load: LoadResult, views: dict[str, GroupView], window: int = 
             skip.update(unusable(t.sig[a:b], t.status[a:b], created))  # type: ignore[union-attr]
             columns.append(created)
         got = Arrivals(ranks=ranks, lo=start, hi=hi)
-        if len({host[r] for r in ranks} - {None}) > 1:  # step 2: one clock, or no claim
-            away = [r for r in ranks if r != 0 and (home is None or host[r] != home)]
-            got.unaligned = [r for r in away if load.dumps[r].source == "commscope"
-                             and load.dumps[r].clock_offset_ns is None]
-            got.clock_uncertainty_ns = max(
-                (load.dumps[r].clock_uncertainty_ns or 0 for r in away), default=0)
+        note_clocks(got, load.dumps, host.get)
         ops = [sigs[sid].op if 0 <= sid < len(sigs) else "?" for sid in first_sigs]
         tally(got, columns, ops, skip)
         out[key] = got

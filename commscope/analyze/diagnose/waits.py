@@ -27,15 +27,17 @@ Algorithm (:func:`build_waits`, :func:`find_cycles`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from commscope.analyze.align.match import GroupView, P2PIssue
 from commscope.analyze.model import COMPLETED, RETIRED, LoadResult
 
-__all__ = ["Wait", "WaitGraph", "build_waits", "find_cycles", "reaching"]
+__all__ = ["Wait", "WaitGraph", "build_waits", "find_cycles", "reaching", "strong_components"]
 
 _DONE = RETIRED | COMPLETED
+Node = TypeVar("Node", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +111,17 @@ def _oldest_unfinished(load: LoadResult, rank: int, group: str) -> int | None:
     return None
 
 
-def _tarjan(nodes: list[int], graph: WaitGraph) -> list[list[int]]:
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    comps: list[list[int]] = []
+def strong_components(nodes: Iterable[Node], successors: Callable[[Node], Sequence[Node]]
+                      ) -> list[list[Node]]:
+    """The strongly connected components of the graph reached from ``nodes`` (each
+    component sorted), by Tarjan's algorithm without recursion (thousands of ranks);
+    ``successors(v)`` is asked once per node."""
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    on_stack: set[Node] = set()
+    stack: list[Node] = []
+    comps: list[list[Node]] = []
+    succ: dict[Node, Sequence[Node]] = {}
     counter = 0
     for root in nodes:
         if root in index:
@@ -127,10 +134,11 @@ def _tarjan(nodes: list[int], graph: WaitGraph) -> list[list[int]]:
                 counter += 1
                 stack.append(v)
                 on_stack.add(v)
-            edges = graph.out.get(v, [])
+                succ[v] = successors(v)
+            edges = succ[v]
             recurse = False
             while i < len(edges):
-                w = edges[i].target
+                w = edges[i]
                 i += 1
                 if w not in index:
                     work.append((v, i))
@@ -149,7 +157,7 @@ def _tarjan(nodes: list[int], graph: WaitGraph) -> list[list[int]]:
                     comp.append(w)
                     if w == v:
                         break
-                comps.append(sorted(comp))
+                comps.append(sorted(comp))  # type: ignore[type-var]
             if work:
                 parent = work[-1][0]
                 low[parent] = min(low[parent], low[v])
@@ -174,7 +182,7 @@ def find_cycles(graph: WaitGraph) -> list[list[Wait]]:
     """Wait cycles, one per strongly connected component of two or more ranks (step 5)."""
     nodes = sorted(set(graph.out) | {w.target for w in graph.edges()})
     cycles = []
-    for comp in _tarjan(nodes, graph):
+    for comp in strong_components(nodes, lambda v: [e.target for e in graph.out.get(v, [])]):
         if len(comp) < 2:
             continue
         cycles.append(_one_cycle(set(comp), graph))

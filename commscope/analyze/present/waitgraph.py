@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commscope.analyze.analysis import Analysis
-from commscope.analyze.model import COMPLETED, RETIRED, Finding, Group
+from commscope.analyze.model import COMPLETED, RETIRED, Finding
 from commscope.analyze.present.byhost import HostView, host_names, ranks_with_hosts
+from commscope.analyze.summary import call_text, group_name
 from commscope.analyze.text import plural, rank_list
 
 __all__ = ["MAX_NODES", "MAX_EDGES", "Node", "Edge", "WaitForGraph", "wait_graph"]
@@ -156,21 +157,6 @@ class WaitForGraph:
 # ---------------------------------------------------------------- step 1: the facts
 
 
-def _group_name(g: Group | None, key: str = "") -> str:
-    """What the stuck lines call a group: its description, else its (short) name."""
-    if g is None:
-        return key or "its group"
-    if g.desc and g.desc != "undefined":
-        return g.desc
-    return g.display
-
-
-def _call(f: Finding) -> str:
-    what = f.op or "a collective"
-    seq = f" #{f.collective_seq_id}" if f.collective_seq_id else ""
-    return f"{what}{seq} of {_group_name(f.group)}"
-
-
 def _op_at(a: Analysis, rank: int, group: str, seq: int) -> str:
     d = a.load.dumps.get(rank)
     t = d.tracks.get(group) if d is not None else None
@@ -238,7 +224,7 @@ class _Facts:
         victims = sorted(set(f.victims) - set(culprits))
         for r in victims:
             self._add(r, "victim")
-            self._arrow("victim", f"died in {_call(f)}", r, culprits)
+            self._arrow("victim", f"died in {call_text(f)}", r, culprits)
         for r in sorted(set(f.waiting_ranks) - set(culprits) - set(victims)):
             label, targets = self._waits_for(f, r, culprits)
             if not culprits and not hops:  # inside an op every rank reached: no arrow
@@ -251,7 +237,7 @@ class _Facts:
             self._arrow("wait", label, r, targets)
 
     def _hop_label(self, waiter: int, target: int, group: str, seq: int | None) -> str:
-        name = _group_name(self.a.groups.get(group), group)
+        name = group_name(self.a.groups.get(group), group)
         if seq is not None:
             return f"{_op_at(self.a, waiter, group, seq)} #{seq} of {name}"
         d = self.a.load.dumps.get(waiter)
@@ -265,7 +251,7 @@ class _Facts:
         a = self.a
         d = a.load.dumps.get(rank)
         for group, seq, index in d.pending if d is not None else ():
-            name = _group_name(a.groups.get(group), group)
+            name = group_name(a.groups.get(group), group)
             if seq < 0:  # a send or recv
                 op = next((o for o in d.p2p if o.index == index), None)
                 if op is None:
@@ -277,7 +263,7 @@ class _Facts:
                 continue
             return f"{_op_at(a, rank, group, seq)} #{seq} of {name}", \
                 self._collective_targets(group, seq) or culprits
-        return _call(f), culprits
+        return call_text(f), culprits
 
     def _collective_targets(self, group: str, seq: int) -> tuple[int, ...]:
         """The members that never reached ``seq`` (the group's frontier), else those

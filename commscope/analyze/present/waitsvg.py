@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 
+from commscope.analyze.diagnose.waits import strong_components
 from commscope.analyze.present.waitgraph import Edge, Node, WaitForGraph
 from commscope.analyze.text import rank_list
 
@@ -81,37 +82,9 @@ def _cut(text: str, n: int) -> str:
 
 
 def _components(ids: list[str], out: dict[str, list[str]]) -> list[list[str]]:
-    """Strongly connected components (Tarjan; a few dozen nodes), in ``ids`` order."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    comps: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in out.get(v, []):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            comps.append(comp)
-
-    for v in ids:
-        if v not in index:
-            visit(v)
+    """Strongly connected components, in ``ids`` order."""
     pos = {v: i for i, v in enumerate(ids)}
+    comps = strong_components(ids, lambda v: out.get(v, []))
     return sorted((sorted(c, key=pos.__getitem__) for c in comps), key=lambda c: pos[c[0]])
 
 
