@@ -53,7 +53,7 @@ PEER ?= ci
 test-peer: $(STAMP)
 	$(PY) -m tests.peer --mode $(PEER) $(PEER_ARGS)
 
-# Not part of `make test`: the suite on every torch release from 2.6 to 2.14 (Python 3.11)
+# Not part of `make test`: the suite on every torch release from 2.6 to 2.15 (Python 3.11)
 # and on 3.10 / 3.12 / 3.13 at both ends, one venv each under .venv-matrix, deleted after its run
 # (PyPI's torch wheels are CUDA builds: about 5.7 GB each). Narrow it:
 # make test-matrix MATRIX="--cells 3.11:2.8.0 --suite sensitive"

@@ -165,7 +165,7 @@ SPECS: dict[str, CollectiveSpec] = {
             ),
             c10d_ops=(
                 "allgather_",
-                "_allgather_base_",
+                "_allgather_base_",  # also dist.all_gather_object's from torch 2.15
                 "allgather_coalesced_",
                 "allgather_into_tensor_coalesced_",
             ),

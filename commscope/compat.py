@@ -1,6 +1,6 @@
 """Every difference between torch releases that commscope depends on, in one table.
 
-commscope runs on torch 2.6 to 2.14 (docs/compat.md has what was measured). Where a
+commscope runs on torch 2.6 to 2.15 (docs/compat.md has what was measured). Where a
 release lacks something a feature needs, that feature asks here, by name, instead of a
 ``hasattr`` of its own:
 
@@ -75,7 +75,7 @@ class TorchMissing(ImportError):
 _WITHOUT_TORCH = "commscope analyze, view, diff and mesh work without it"
 
 
-NEWEST_MEASURED = "2.14"
+NEWEST_MEASURED = "2.15"
 """The newest torch release the matrix of docs/compat.md ran on."""
 
 ALLOW_OLD_ENV = "COMMSCOPE_ALLOW_OLD_TORCH"
@@ -249,6 +249,22 @@ def _mentions(module: str, name: str) -> Callable[[], bool]:
     return probe
 
 
+def _calls(module: str, function: str, name: str) -> Callable[[], bool]:
+    """A probe: the source of ``module.function`` calls ``name`` (what a torch function
+    issues, which its signature does not show)."""
+
+    def probe() -> bool:
+        import importlib
+
+        try:
+            fn = getattr(importlib.import_module(module), function)
+            return f"{name}(" in inspect.getsource(fn)
+        except (AttributeError, OSError, TypeError):
+            return False
+
+    return probe
+
+
 def _op(namespace: str, name: str) -> Callable[[], bool]:
     """A probe: ``torch.ops.<namespace>.<name>`` exists once functional collectives are
     loaded (they register their ops on import)."""
@@ -352,6 +368,15 @@ DIFFERENCES: dict[str, Difference] = {d.key: d for d in (
         "compiled regions there, as the full mode does everywhere",
         _since(2, 13)),
     # ---- torch's own tools and their limits, which our tests compare with or run on
+    Difference(
+        "all_gather_object_single", "2.15",
+        "``dist.all_gather_object`` gathers the objects' sizes and bytes with "
+        "``all_gather_single``, the dispatcher's ``c10d._allgather_base_`` (before: with "
+        "``all_gather``, ``c10d.allgather_``)",
+        "nothing: either op is an ``all_gather`` to commscope (both spellings are in "
+        "``commscope.collectives``) and is counted under the op torch issued, as torch's "
+        "own CommDebugMode counts it",
+        _calls(_C10D, "all_gather_object", "all_gather_single")),
     Difference(
         "comm_debug_mode_repr", "2.10",
         "torch's ``CommDebugMode`` prints as ``CommDebugMode(get_total_counts()=N)``",
@@ -460,6 +485,18 @@ DIFFERENCES: dict[str, Difference] = {d.key: d for d in (
         "the peer posted 4, and gloo aborts both ranks, commscope or not)",
         "pipeline attribution is not tested on those releases",
         _between_fixes("pipelining_on_gloo"), broken=("2.9", "2.9")),
+    Difference(
+        "pipeline_schedule_preconnects", "2.15",
+        "torch's pipelining schedule, not its stages, sets up the rank's point-to-point "
+        "links on the first step: one ``all_reduce`` over the pipeline group agrees on the "
+        "metadata mode (2.13 and 2.14: a 4-byte vote sent stage to stage, "
+        "``_warmup_forward_vote``/``_warmup_backward_result``), then each pair of "
+        "neighbouring ranks exchanges one 4-byte message and an ``all_reduce`` ends each "
+        "round (``_preconnect_shared_p2p_edges``); commscope leaves these under "
+        "``Global``: they belong to the rank, which may hold several stages",
+        "the set-up messages are the stages' own (2.13-2.14: the vote), and commscope "
+        "charges them to ``pipeline stage N``, like their shape exchange",
+        _attr("torch.distributed.pipelining._p2p", "_preconnect_shared_p2p_edges")),
     Difference(
         "pipeline_1f1b_on_gloo", "2.8",
         "torch's ``Schedule1F1B`` and ``ScheduleInterleaved1F1B`` run on gloo (before, "

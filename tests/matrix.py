@@ -4,12 +4,16 @@ For every cell (a Python and a torch release) asked for, one after another: crea
 ``.venv-matrix/py<X.Y>-torch<V>`` with that Python (pyenv's, or any ``pythonX.Y`` on
 PATH), install ``torch==V`` first (PyPI's Linux wheels are CUDA builds that run on CPU:
 about 5.7 GB per venv), then commscope with its test extras, run the tests, print one
-line per cell, and delete the venv (``--keep`` keeps it). At the end: a Markdown table
-for docs/compat.md, with every skipped test's reason (what degrades on that release).
+line per cell, and delete the venv (``--keep`` keeps it). The two installs ignore pip's
+configured constraints (``PIP_CONSTRAINT`` is the empty file there, and only there; the
+tests run with the environment as it is): a cell names its exact torch, and a machine-wide
+cap on torch would refuse the newest release (``--keep-pip-constraint`` keeps them). At the
+end: a Markdown table for docs/compat.md, with every skipped test's reason (what degrades on
+that release).
 
     .venv/bin/python tests/matrix.py                          # the documented matrix
-    .venv/bin/python tests/matrix.py --cells 3.11:2.8.0,3.13:2.14.1
-    .venv/bin/python tests/matrix.py --python 3.11 --torch 2.14.1 --suite sensitive
+    .venv/bin/python tests/matrix.py --cells 3.11:2.8.0,3.13:2.15.0
+    .venv/bin/python tests/matrix.py --python 3.11 --torch 2.15.0 --suite sensitive
 
 The documented matrix (:data:`CELLS`): every minor release from the floor to the newest
 on Python 3.11, and Python 3.10, 3.12 and 3.13 on the floor and on the newest.
@@ -32,7 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASES = ("2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0",
-            "2.14.1")
+            "2.14.1", "2.15.0")
 """The newest patch release of every minor release commscope supports (floor first)."""
 FLOOR, NEWEST = RELEASES[0], RELEASES[-1]
 CELLS = ([("3.11", t) for t in RELEASES]
@@ -109,8 +113,12 @@ def _skip_reasons(text: str) -> list[str]:
 
 def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
              install_timeout: float = 3600, wheels: Path | None = None,
-             keep: bool = False) -> dict:
-    """Build one venv, run the tests, delete the venv; return what happened."""
+             keep: bool = False, keep_pip_constraint: bool = False) -> dict:
+    """Build one venv, run the tests, delete the venv; return what happened.
+
+    The installs run without pip's configured constraints unless
+    ``keep_pip_constraint``: the cell asks for one exact torch.
+    """
     env_dir = folder / f"py{version}-torch{torch}"
     py = env_dir / "bin" / "python"
     log = folder / f"py{version}-torch{torch}.log"
@@ -120,14 +128,18 @@ def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
         # below the floor the torch-using parts refuse; measuring how far back each part
         # goes is what such a cell is for
         env["COMMSCOPE_ALLOW_OLD_TORCH"] = "1"
+    # for the two installs only: a configured cap on torch (``torch<=2.14.1``, say) would
+    # make ``torch==V`` of a newer release impossible; the tests run with ``env`` as is
+    install_env = env if keep_pip_constraint else {**env, "PIP_CONSTRAINT": os.devnull}
     try:
         with open(log, "w") as out:
-            def step(*cmd: str, timeout: float) -> int:
-                out.write(f"\n$ {' '.join(cmd)}\n")
+            def step(*cmd: str, timeout: float, step_env: dict[str, str] = env) -> int:
+                shown = " ".join(f"{k}={v}" for k, v in step_env.items() if env.get(k) != v)
+                out.write(f"\n$ {shown + ' ' if shown else ''}{' '.join(cmd)}\n")
                 out.flush()
                 try:
                     return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                          timeout=timeout, env=env).returncode
+                                          timeout=timeout, env=step_env).returncode
                 except subprocess.TimeoutExpired:
                     out.write(f"timed out after {timeout:g} s\n")
                     return 124
@@ -137,14 +149,16 @@ def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
             pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
             local = wheels / torch if wheels is not None else None
             links = ["--find-links", str(local)] if local is not None and local.is_dir() else []
-            if step(*pip, *links, f"torch=={torch}", timeout=install_timeout):
+            if step(*pip, *links, f"torch=={torch}", timeout=install_timeout,
+                    step_env=install_env):
                 return {"result": f"torch {torch} did not install", "log": str(log),
                         "uninstallable": True}
             # torch named again: the test extra's own needs (setuptools, say) are resolved
             # against that torch's pins, never upgraded past them (torch 2.11 and 2.12 ask
             # setuptools<82; an environment that breaks its torch's pins makes pip swap the
             # torch for another at the next install that names it)
-            if step(*pip, *links, "-e", ".[test]", f"torch=={torch}", timeout=1800):
+            if step(*pip, *links, "-e", ".[test]", f"torch=={torch}", timeout=1800,
+                    step_env=install_env):
                 return {"result": "commscope did not install", "log": str(log)}
             code = 0
             for tests in SUITES[suite]:
@@ -176,7 +190,7 @@ def _cells(args: argparse.Namespace) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the cells asked for; exit 1 when any of them failed."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cells", help="python:torch pairs, e.g. 3.11:2.8.0,3.13:2.14.1")
+    ap.add_argument("--cells", help="python:torch pairs, e.g. 3.11:2.8.0,3.13:2.15.0")
     ap.add_argument("--python", help="Pythons, crossed with --torch (e.g. 3.10,3.13)")
     ap.add_argument("--torch", help="torch releases, crossed with --python")
     ap.add_argument("--suite", choices=sorted(SUITES), default="full")
@@ -185,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep each venv after its run")
     ap.add_argument("--install-timeout", type=float, default=3600,
                     help="seconds torch may take to install (download included)")
+    ap.add_argument("--keep-pip-constraint", action="store_true",
+                    help="install with pip's configured constraints (by default the "
+                         "installs ignore them: a cell names its exact torch)")
     ap.add_argument("--skip-uninstallable", action="store_true",
                     help="a torch that does not install in time is reported, not a failure")
     args = ap.parse_args(argv)
@@ -199,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             cell: dict = {"result": f"no Python {version} here"}
         else:
             cell = run_cell(python, version, torch, args.suite, folder, args.install_timeout,
-                            wheels, args.keep)
+                            wheels, args.keep, args.keep_pip_constraint)
         if cell.get("uninstallable") and args.skip_uninstallable:
             cell["result"] = f"SKIPPED: {cell['result']} (see {cell['log']})"
         else:

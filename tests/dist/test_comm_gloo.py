@@ -201,7 +201,13 @@ def test_eager_and_functional_collectives_on_gloo(ranks):
             else:
                 assert got["ours"] == got["theirs"] != {}, (rank, name, got)
         assert res["all_reduce async"]["ours"] == {"c10d.allreduce_": 1}
-        assert res["all_gather_object"]["ours"] == {"c10d.allgather_": 2}
+        # sizes, then the pickled bytes: all_gather (c10d.allgather_) before torch 2.15,
+        # all_gather_single (c10d._allgather_base_) since; the same collective and bytes
+        gathered_by = ("c10d._allgather_base_" if compat.has("all_gather_object_single")
+                       else "c10d.allgather_")
+        assert res["all_gather_object"]["ours"] == {gathered_by: 2}
+        assert res["all_gather_object"]["collectives"] == ["all_gather", "all_gather"]
+        assert res["all_gather_object"]["bytes"][0] == 8 * 2  # one int64 size per rank
         assert res["all_reduce"]["bytes"] == [16]
         assert res["all_gather_into_tensor"]["bytes"] == [32]
         assert res["reduce_scatter_tensor"]["bytes"] == [32]

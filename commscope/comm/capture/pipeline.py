@@ -21,7 +21,13 @@ through the stage method it asks for the ops. While a :class:`CommDebugMode` is 
    ``_warmup_backward_result``, ``_prepare_backward_infra``) builds its tensors inside
    ``torch.distributed``, so there is nothing to tag; a send or recv issued while one of
    those methods runs belongs to that stage, ``forward`` for what travels toward the
-   next stage and ``backward`` for what travels back.
+   next stage and ``backward`` for what travels back. From torch 2.15 the schedule
+   itself sets up the rank's links before any stage runs (an ``all_reduce`` over the
+   pipeline group in place of the stage-to-stage vote, and one 4-byte message per pair
+   of neighbouring ranks, ``_preconnect_shared_p2p_edges``): that is the rank's, which
+   may hold several stages, not one stage's, so it is not wrapped and keeps the usual
+   attribution (``Global``), as any collective outside a module does (row
+   ``pipeline_schedule_preconnects`` of :mod:`commscope.compat`).
 3. The mode's send/recv path (and each send/recv of a ``batch_p2p_ops``) asks
    :func:`attribute` with the tensor it sees: a tagged tensor wins, then the set-up
    context; anything else keeps the usual attribution (the autograd state, then the
