@@ -3,7 +3,15 @@
 Each subcommand has one ``_add_<name>`` function that declares its options (with an
 example in its ``--help``) and one ``_run_<name>`` function that calls the library.
 Library code never sees ``argparse``. Bad input ends in one clear line on stderr and
-exit code 2 (:class:`UsageError`), never a traceback.
+exit code 2 (:class:`UsageError`), never a traceback. ``analyze`` and ``dump`` exit with
+their verdict (:mod:`commscope.exitcodes`; ``--exit-zero``: 0).
+
+One set of conventions across subcommands: one name per concept (``--world-size`` is
+the job's rank count, ``-o/--output`` the main output, a duration names its unit:
+``--stall-s``, ``--wait-s``, ``--timeout-s``, ``--straggler-ms``), upper-case noun
+metavars (``FILE``, ``DIR``, ``N``, ``SECONDS``...), every default in ``--help``. A
+renamed option keeps its old spelling as a hidden alias (:func:`_option`);
+``tests/unit/test_cli_docs.py`` holds the docs and the parsers to each other.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from commscope import __version__
+from commscope import __version__, exitcodes
 from commscope.compat import TorchMissing, TorchTooOld, need_torch
 
 __all__ = ["main", "build_parser", "UsageError"]
@@ -29,11 +37,40 @@ class _Parser(argparse.ArgumentParser):
     """argparse with our exit convention: one line on stderr, code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(exitcodes.USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def _option(p: argparse.ArgumentParser, *names: str, old: Sequence[str] = (),
+            compat: Sequence[str] = (), **kwargs: Any) -> argparse.Action:
+    """``p.add_argument(*names, **kwargs)``, and hidden aliases of it: same destination,
+    type and arity, no help line, no default of their own, nothing printed when used.
+    ``old``: what the option was called before (marked ``renamed``: the docs' test keeps
+    old spellings out of the docs); ``compat``: another tool's spelling (fr_trace's)."""
+    action = p.add_argument(*names, **kwargs)
+    alias_kwargs = {k: v for k, v in kwargs.items()
+                    if k not in ("help", "default", "required", "dest")}
+    for spellings, renamed in ((old, True), (compat, False)):
+        if spellings:
+            alias = p.add_argument(*spellings, dest=action.dest, default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS, **alias_kwargs)
+            alias.renamed = renamed  # type: ignore[attr-defined]
+    return action
+
+
+def _exit_zero_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 whatever the verdict (still 2 for a usage error, 1 for an "
+                   "internal one)")
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """Say ``message`` in one line on stderr and return ``code``."""
+    print(f"commscope {args.command}: error: {message}", file=sys.stderr)
+    return code
 
 
 # --------------------------------------------------------------------------- mesh
@@ -48,14 +85,18 @@ def _add_mesh(sub: argparse._SubParsersAction) -> None:
         "coordinate and groups, which axes stay inside a host, and how many process "
         "groups each rank must create. No process is started.",
         epilog="example:\n"
-        "  commscope mesh --world 16384 --shape 2,1024,8 --names dp,fsdp,tp "
+        "  commscope mesh --world-size 16384 --shape 2,1024,8 --names dp,fsdp,tp "
         "--ranks-per-host 8 --rank 5",
     )
-    p.add_argument("--shape", required=True, help="axis sizes, e.g. 2,4")
-    p.add_argument("--names", help="axis names, e.g. dp,tp (default: dim_0,dim_1,...)")
-    p.add_argument("--world", type=int, help="world size (default: the product of --shape)")
-    p.add_argument("--ranks-per-host", type=int, help="ranks per host (default: 8)")
-    p.add_argument("--rank", type=int, default=0, help="the rank to show (default: 0)")
+    p.add_argument("--shape", required=True, metavar="SIZES", help="axis sizes, e.g. 2,4")
+    p.add_argument("--names", metavar="NAMES",
+                   help="axis names, e.g. dp,tp (default: dim_0,dim_1,...)")
+    _option(p, "--world-size", old=["--world"], type=int, metavar="N",
+            help="ranks in the job (default: the product of --shape)")
+    p.add_argument("--ranks-per-host", type=int, metavar="N", help="ranks per host "
+                   "(default: 8)")
+    p.add_argument("--rank", type=int, default=0, metavar="N",
+                   help="the rank to show (default: 0)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(run=_run_mesh)
 
@@ -75,7 +116,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
         plan = plan_mesh(
             shape,
             names,
-            world_size=args.world,
+            world_size=args.world_size,
             rank=args.rank,
             ranks_per_host=args.ranks_per_host,
         )
@@ -107,25 +148,20 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         description="Launch local CPU ranks with gloo: build a (2, N/2) mesh, trace a "
         "tensor-parallel MLP with CommDebugMode, train a few steps with the flight "
         "recorder on, inject a fault on rank 3, dump every rank and analyze the dumps. "
-        "Exits 0 when the analysis names the injected fault.",
-        epilog="examples:\n  commscope demo\n  commscope demo --fault size --out /tmp/demo",
+        "Exits 0 when the analysis names the injected fault, 1 when it does not.",
+        epilog="examples:\n  commscope demo\n  commscope demo --fault size -o /tmp/demo\n\n"
+        "exit status: 0 the analysis names the injected fault, 1 it does not, 2 usage "
+        "error, 3 no usable torch",
     )
-    p.add_argument("--ranks", type=int, default=4, help="number of local ranks (default: 4)")
-    p.add_argument(
-        "--fault",
-        choices=FAULTS,
-        default="missing",
-        help="what rank 3 does wrong (default: missing = skips an all_reduce on dp)",
-    )
-    p.add_argument(
-        "--out", default="commscope_demo", help="output folder (default: ./commscope_demo)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=5.0,
-        help="flight-recorder watchdog timeout in seconds (default: 5)",
-    )
+    _option(p, "--world-size", old=["--ranks"], type=int, default=4, metavar="N",
+            help="local ranks, even, >= 4 (default: 4)")
+    p.add_argument("--fault", choices=FAULTS, default="missing", metavar="NAME",
+                   help=f"what rank 3 does wrong: {', '.join(FAULTS)} (default: missing = "
+                   "skips an all_reduce on dp)")
+    _option(p, "-o", "--output", old=["--out"], default="commscope_demo", metavar="DIR",
+            help="output folder (default: ./commscope_demo)")
+    _option(p, "--timeout-s", old=["--timeout"], type=float, default=5.0, metavar="SECONDS",
+            help="flight-recorder watchdog timeout (default: 5)")
     p.add_argument("--watch", action="store_true",
                    help="also show commscope watch's live verdict as the job runs and stalls")
     p.set_defaults(run=_run_demo)
@@ -135,12 +171,12 @@ def _run_demo(args: argparse.Namespace) -> int:
     need_torch('commscope demo (local gloo ranks)')
     from commscope.demo.run import run_demo
 
-    if args.ranks < 4 or args.ranks % 2:
-        raise UsageError(f"--ranks must be an even number >= 4, got {args.ranks}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    return run_demo(ranks=args.ranks, fault=args.fault, out=args.out, timeout_s=args.timeout,
-                    watch=args.watch)
+    if args.world_size < 4 or args.world_size % 2:
+        raise UsageError(f"--world-size must be an even number >= 4, got {args.world_size}")
+    if args.timeout_s <= 0:
+        raise UsageError(f"--timeout-s must be > 0 seconds, got {args.timeout_s}")
+    return run_demo(ranks=args.world_size, fault=args.fault, out=args.output,
+                    timeout_s=args.timeout_s, watch=args.watch)
 
 
 # --------------------------------------------------------------------------- view
@@ -160,9 +196,10 @@ def _add_view(sub: argparse._SubParsersAction) -> None:
         "  commscope view comm_mode_log.json -o comm.html --open\n"
         "  commscope view --blank -o viewer.html",
     )
-    p.add_argument("dump", nargs="?", help="JSON written by generate_json_dump()")
-    p.add_argument("-o", "--output", help="HTML file to write (default: the dump's name "
-                   "with .html, or commscope_viewer.html for a blank page)")
+    p.add_argument("dump", nargs="?", metavar="FILE",
+                   help="JSON written by generate_json_dump()")
+    p.add_argument("-o", "--output", metavar="FILE", help="HTML file to write (default: the "
+                   "dump's name with .html, or commscope_viewer.html for a blank page)")
     p.add_argument("--blank", action="store_true", help="write the blank drop-a-file page")
     p.add_argument("--open", action="store_true", help="open the page in a web browser")
     p.set_defaults(run=_run_view)
@@ -230,22 +267,24 @@ def _add_diff(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
         "  commscope diff before.json after.json\n"
         "  commscope diff before.json after.json --html diff.html --bandwidth-gbps 400\n"
-        "  commscope diff before.json after.json --json --all\n"
+        "  commscope diff before.json after.json --json --all -o diff.json\n"
         "  commscope diff main.json pr.json --fail-on-increase 5   # in CI",
     )
     p.add_argument("a", metavar="A", help="the dump before the change")
     p.add_argument("b", metavar="B", help="the dump after the change")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the comparison (text, or "
+                   "JSON with --json or a .json name) to this file (default: stdout)")
     p.add_argument("--json", action="store_true",
                    help="print the comparison as JSON (format commscope.comm.diff/1)")
     p.add_argument("--bandwidth-gbps", type=float, default=100.0, metavar="GBPS",
                    help="bus bandwidth for time estimates, decimal GB/s (default: 100)")
     p.add_argument("--all", action="store_true", help="also show rows that did not change")
-    p.add_argument("--html", metavar="OUT", help="also write an offline page showing A and "
+    p.add_argument("--html", metavar="FILE", help="also write an offline page showing A and "
                    "B side by side, changes highlighted")
-    p.add_argument("--fail-on-increase", type=float, metavar="PCT",
+    p.add_argument("--fail-on-increase", type=float, metavar="PERCENT",
                    help="exit 1 when B's total estimated time (its link traffic: bytes x "
-                   "bus-bandwidth factor) exceeds A's by more than PCT percent; total calls "
-                   "when a dump is PyTorch's")
+                   "bus-bandwidth factor) exceeds A's by more than PERCENT; total calls "
+                   "when a dump is PyTorch's (default: never)")
     p.set_defaults(run=_run_diff)
 
 
@@ -273,19 +312,35 @@ def _run_diff(args: argparse.Namespace) -> int:
             write_diff_viewer(args.html, d)
         except OSError as exc:
             raise UsageError(f"cannot write {args.html}: {exc}") from None
-    if args.json:
+    as_json = args.json or (args.output or "").endswith(".json")
+    if args.output:
+        text = (json.dumps(diff_to_json(d, unchanged=args.all), indent=2) + "\n" if as_json
+                else format_diff(d, unchanged=args.all, hint="--all to show"))
+        _write_text(args.output, text)
+        print(f"wrote {args.output}")
+    elif as_json:
         print(json.dumps(diff_to_json(d, unchanged=args.all), indent=2))
     elif use_rich(sys.stdout):
         _print_diff_rich(d, args.all)
     else:
         print(format_diff(d, unchanged=args.all, hint="--all to show"), end="")
     if args.html:
-        print(f"wrote {args.html}", file=sys.stderr if args.json else sys.stdout)
+        print(f"wrote {args.html}", file=sys.stderr if as_json and not args.output
+              else sys.stdout)
     if limit is not None and d.growth().percent > limit:
         print(f"commscope diff: {growth_text(d)}, more than --fail-on-increase {limit:g}%",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path``; a path that cannot be written is a usage error."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc}") from None
 
 
 def _print_diff_rich(d: Any, unchanged: bool) -> None:
@@ -337,54 +392,97 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "dtype/order mismatches, unmatched p2p, cross-group deadlocks, stragglers. "
         "Several folders, dump files and archives (.tar, .tar.gz/.tgz, .zip: one per "
         "host, say) are read as one folder. Needs no torch. Unreadable files and "
-        "refused archive members are named and skipped.",
+        "refused archive members are named and skipped. PyTorch's fr_trace command lines "
+        "work too: -d DIR, -j/--just_print_entries, --selected-ranks, --pg-filters, "
+        "--allow-incomplete-ranks.",
         epilog="examples:\n"
         "  commscope analyze ./commscope_traces\n"
         "  commscope analyze hostA/commscope_traces hostB.tar.gz hostC.zip\n"
         "  commscope analyze -d /tmp/dumps -o analysis.txt\n"
         "  commscope analyze dumps/ --json --perfetto trace.json --html report.html\n"
         "  commscope analyze dumps/ --prefix nccl_trace_rank_ --world-size 8\n"
-        "  commscope analyze dumps/ --entries 5 --ranks 0-3 --group mesh_dp",
+        "  commscope analyze dumps/ --entries 5 --ranks 0-3 --group mesh_dp\n"
+        "  commscope analyze -d dumps/ -j --selected-ranks 0 3 --pg-filters dp   # fr_trace's\n"
+        "  commscope analyze dumps/ --exit-zero   # in a script that must not stop here\n\n"
+        + exitcodes.help_table(),
     )
+    _analyze_input_options(p)
+    _analyze_output_options(p)
+    _analyze_threshold_options(p)
+    _analyze_entries_options(p)
+    _exit_zero_option(p)
+    p.set_defaults(run=_run_analyze, entries_dirs=())
+
+
+def _analyze_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="*", metavar="DIR",
                    help="folder of dumps (or one dump file); several folders, dump files and "
                    "archives (.tar, .tar.gz, .tgz, .zip) are read as one folder")
-    p.add_argument("-d", "--dir", dest="dir", help="the folder, as PyTorch's fr_trace takes it")
-    p.add_argument("-o", "--output", help="write the report (text, or JSON with --json or a "
-                   ".json name) to this file instead of stdout")
+    p.add_argument("-d", "--dir", dest="dir", metavar="DIR",
+                   help="the folder, as PyTorch's fr_trace takes it")
+    p.add_argument("-p", "--prefix", metavar="PREFIX", help="only files whose name starts "
+                   "with this prefix (default: every name ending in a rank number)")
+    p.add_argument("--world-size", type=int, metavar="N", help="ranks in the job, when the "
+                   "dumps cannot tell, e.g. gloo dumps and a rank with no file (default: what "
+                   "the dumps say)")
+    p.add_argument("--jobs", type=int, metavar="N", help="processes reading files (default: "
+                   "one per CPU, up to 8, from 64 files or 32 MB of dumps on)")
+    p.add_argument("--allow-incomplete-ranks", action="store_true", help=argparse.SUPPRESS)
+
+
+def _analyze_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report (text, or JSON "
+                   "with --json or a .json name) to this file (default: stdout)")
     p.add_argument("--json", action="store_true",
                    help="the analysis as JSON (format commscope.analysis/2)")
-    p.add_argument("--perfetto", metavar="TRACE_JSON",
+    p.add_argument("--perfetto", metavar="FILE",
                    help="also write a Perfetto/Chrome timeline (open in ui.perfetto.dev)")
-    p.add_argument("--html", metavar="REPORT_HTML", help="also write an offline HTML report")
-    p.add_argument("-p", "--prefix", help="only files whose name starts with this prefix")
-    p.add_argument("--world-size", type=int, help="number of ranks in the job (when the "
-                   "dumps cannot tell, e.g. gloo dumps and a rank with no file)")
-    p.add_argument("-j", "--jobs", type=int, help="processes reading files (default: one "
-                   "per CPU, up to 8, from 64 files or 32 MB of dumps on)")
-    p.add_argument("--straggler-ms", type=float, default=None,
-                   help="median lag from which a rank that keeps arriving last is reported "
-                   "(default 30, measured on real jobs: docs/analyze.md)")
-    p.add_argument("--stall-s", type=float, default=10.0, metavar="S",
-                   help="in dumps asked for while the job ran (API, commscope dump, SIGUSR1), "
-                   "an op unfinished for less than S seconds was caught in flight, not stuck "
-                   "(default 10)")
-    p.add_argument("--entries", "--just-print-entries", "--just_print_entries", type=int,
-                   nargs="?", const=8, metavar="N",
-                   help="also print the newest N (default 8) collectives of each group side "
-                   "by side across its ranks, agreeing ranks folded (what fr_trace -j shows)")
-    p.add_argument("--ranks", "--selected-ranks", nargs="+", metavar="SPEC",
-                   help="with --entries: only these ranks, e.g. 0-3,7 (or 0 1 2 3 7)")
-    p.add_argument("--group", "--pg-filters", action="extend", nargs="+", metavar="NAME",
-                   help="with --entries: only these groups (name or description)")
+    p.add_argument("--html", metavar="FILE", help="also write an offline HTML report")
     p.add_argument("--all-groups", action="store_true",
-                   help="list every group in the groups table (by default one-member groups "
+                   help="list every group in the groups table (without it, one-member groups "
                    "that recorded nothing, such as mesh axes of size 1, are counted, and at "
                    "most 40 groups are listed)")
-    p.add_argument("--allow-incomplete-ranks", action="store_true",
-                   help="accepted for fr_trace's command lines: ranks without a dump are "
-                   "always analysed (and named)")
-    p.set_defaults(run=_run_analyze)
+
+
+def _analyze_threshold_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--straggler-ms", type=float, default=None, metavar="MS",
+                   help="median lag from which a rank that keeps arriving last is reported "
+                   "(default: 30, measured on real jobs: docs/analyze.md)")
+    p.add_argument("--stall-s", type=float, default=10.0, metavar="SECONDS",
+                   help="in dumps asked for while the job ran (API, commscope dump, SIGUSR1), "
+                   "an op unfinished for less than this was caught in flight, not stuck "
+                   "(default: 10)")
+
+
+_ENTRIES_LAST = 8
+"""``--entries`` without a number: the newest 8 (the analyzer's ``DEFAULT_LAST``)."""
+
+
+class _CountOrDir(argparse.Action):
+    """``--entries [N]``: the word after it is the count when it is a number, else a
+    folder to analyze (``--entries DIR``), the count then being the default."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        count = self.const
+        if values is not None:
+            try:
+                count = int(values)
+            except ValueError:
+                namespace.entries_dirs = (*namespace.entries_dirs, values)
+        setattr(namespace, self.dest, count)
+
+
+def _analyze_entries_options(p: argparse.ArgumentParser) -> None:
+    # fr_trace's -j/--just_print_entries take no number; ours may
+    _option(p, "--entries", compat=["-j", "--just_print_entries", "--just-print-entries"],
+            action=_CountOrDir, nargs="?", const=_ENTRIES_LAST, metavar="N",
+            help="also print the newest N collectives of each group side by side across its "
+            "ranks, agreeing ranks folded (default: 8; fr_trace's -j/--just_print_entries)")
+    _option(p, "--ranks", compat=["--selected-ranks"], nargs="+", metavar="SPEC",
+            help="with --entries: only these ranks, e.g. 0-3,7 or 0 1 2 3 7 (default: all)")
+    _option(p, "--group", compat=["--pg-filters"], action="extend", nargs="+", metavar="NAME",
+            help="with --entries: only these groups, by name or description (default: all)")
 
 
 def _entries_options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -408,16 +506,23 @@ def _entries_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return {"last": args.entries, "ranks": ranks, "groups": args.group}
 
 
-def _run_analyze(args: argparse.Namespace) -> int:
-    from commscope.analyze.command import run_analyze
-
-    entries = _entries_options(args)  # first: --ranks may have swallowed the folder
-    if args.folder and args.dir and args.folder != [args.dir]:
-        got = " ".join(repr(f) for f in args.folder)
+def _analyze_folders(args: argparse.Namespace) -> list[str]:
+    """The inputs: the positional folders (and any that ``--entries`` took), or ``-d``."""
+    given = [*args.folder, *args.entries_dirs]
+    if given and args.dir and given != [args.dir]:
+        got = " ".join(repr(f) for f in given)
         raise UsageError(f"give the folder once: got {got} and -d {args.dir!r}")
-    folder = args.folder or ([args.dir] if args.dir else [])
+    folder = given or ([args.dir] if args.dir else [])
     if not folder:
         raise UsageError("give the folder of dumps: commscope analyze DIR [DIR ...] (or -d DIR)")
+    return folder
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from commscope.analyze.command import EntriesFilterError, UnreadableInput, run_analyze
+
+    entries = _entries_options(args)  # first: --ranks may have swallowed the folder
+    folder = _analyze_folders(args)
     if args.world_size is not None and args.world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.jobs is not None and args.jobs < 1:
@@ -439,7 +544,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
             entries=entries,
             all_groups=args.all_groups,
         )
-    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+    except UnreadableInput as exc:
+        return _fail(args, str(exc), exitcodes.UNREADABLE)
+    except EntriesFilterError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write output: {exc}") from None
@@ -456,17 +563,28 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         formatter_class=_formatter,
         prefix_chars="+",
         add_help=False,
-        usage="commscope run [torchrun options] SCRIPT [ARGS...]",
+        usage="commscope run [-h] [TORCHRUN_OPTION ...] SCRIPT [ARG ...]\n"
+        "       commscope run [-h] [TORCHRUN_OPTION ...] -m MODULE [ARG ...]",
         description="Run torchrun with every worker recording every collective of every "
-        "process group. On a hang (timeout, COMMSCOPE_FR_TIMEOUT_S or the group's own) "
-        "every rank writes <prefix><rank>; SIGTERM, SIGUSR1 and uncaught exceptions dump "
-        "too. Settings come from PyTorch's variables: TORCH_FR_BUFFER_SIZE, "
-        "TORCH_FR_DUMP_TEMP_FILE (default ./commscope_traces/rank_), "
-        "TORCH_NCCL_ENABLE_TIMING, TORCH_NCCL_DUMP_ON_TIMEOUT.",
-        epilog="examples:\n"
+        "process group. Takes torchrun's arguments, every one passed to torchrun as it is "
+        "(`torchrun --help` lists them: --nproc-per-node, --nnodes, --node-rank, "
+        "--rdzv-backend, --rdzv-endpoint, --rdzv-id, --standalone, --max-restarts, -m, "
+        "...), then the script and its arguments, untouched. On a hang (timeout, "
+        "COMMSCOPE_FR_TIMEOUT_S or the group's own) every rank writes <prefix><rank>; "
+        "SIGTERM, SIGUSR1 and uncaught exceptions dump too. Settings come from PyTorch's "
+        "variables: TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE (default: "
+        "./commscope_traces/rank_), TORCH_NCCL_ENABLE_TIMING, TORCH_NCCL_DUMP_ON_TIMEOUT; "
+        "COMMSCOPE_RUN_REPORT=0 turns off the job log's incident report.",
+        epilog="options of its own:\n"
+        "  -h, --help   show this help (as the first argument only; later, it is "
+        "torchrun's or the script's)\n"
+        "every other argument is torchrun's, or the script's after it.\n\n"
+        "examples:\n"
         "  commscope run --nproc-per-node 4 train.py --epochs 1\n"
         "  COMMSCOPE_FR_TIMEOUT_S=60 commscope run --nproc-per-node 8 -m my.trainer\n"
-        "  commscope analyze ./commscope_traces",
+        "  commscope analyze ./commscope_traces\n\n"
+        "exit status: torchrun's (the job's); 2 usage error (no script, --no-python); "
+        "3 no usable torch",
     )
     p.add_argument("torchrun_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(run=_run_run, run_parser=p)
@@ -496,7 +614,8 @@ def _add_exec(sub: argparse._SubParsersAction) -> None:
         formatter_class=_formatter,
         prefix_chars="+",
         add_help=False,
-        usage="commscope exec [-m] SCRIPT_OR_MODULE [ARGS...]",
+        usage="commscope exec [-h] SCRIPT [ARG ...]\n"
+        "       commscope exec [-h] -m MODULE [ARG ...]",
         description="Run SCRIPT in this process as `python SCRIPT ARGS` would (`-m MODULE`: "
         "as `python -m MODULE`), with the flight recorder on, as one rank of a job that "
         "another launcher started (one process per rank, no torchrun). torch's RANK, "
@@ -506,10 +625,15 @@ def _add_exec(sub: argparse._SubParsersAction) -> None:
         "PMI_RANK/PMI_SIZE; MASTER_ADDR must be given) where they are not set; a "
         "variable already set is never replaced. Dumps, watch and the watch file on "
         "every host work as under `commscope run` (docs/hosts.md).",
-        epilog="examples:\n"
+        epilog="options of its own (first, before the script):\n"
+        "  -h, --help             show this help\n"
+        "  -m, --module MODULE    run a module, as python -m MODULE\n"
+        "every argument after SCRIPT or MODULE is the script's.\n\n"
+        "examples:\n"
         "  srun --ntasks-per-node 8 commscope exec train.py --epochs 1\n"
         "  mpirun -np 16 -x MASTER_ADDR=node1 commscope exec train.py\n"
-        "  commscope exec -m my.trainer          # in a PyTorchJob container",
+        "  commscope exec -m my.trainer          # in a PyTorchJob container\n\n"
+        "exit status: the script's; 2 usage error; 3 no usable torch",
     )
     p.add_argument("exec_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(run=_run_exec, run_parser=p)
@@ -526,8 +650,8 @@ def _run_exec(args: argparse.Namespace) -> int:
         if not argv:
             raise UsageError("-m needs a module name; usage: commscope exec -m MODULE [ARGS]")
     elif argv[0].startswith("-"):
-        raise UsageError(f"unknown option {argv[0]!r}; usage: commscope exec [-m] "
-                         f"SCRIPT_OR_MODULE [ARGS...]")
+        raise UsageError(f"unknown option {argv[0]!r}; usage: commscope exec [-m MODULE | "
+                         f"SCRIPT] [ARG ...]")
     target, rest = argv[0], argv[1:]
     if not module and not os.path.isfile(target):
         raise UsageError(f"no such script: {target}")
@@ -559,26 +683,33 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         "  commscope watch --web                   # a local page, 127.0.0.1 only\n"
         "  commscope watch --store HOST:PORT --token TOKEN   # both from any host's "
         "watch.json\n"
-        "                                          # (not the rendezvous endpoint)",
+        "                                          # (not the rendezvous endpoint)\n\n"
+        "exit status: 0 after --once or when you leave (Ctrl-C); 1 the job cannot be "
+        "reached, has ended or went away while watched; 2 usage error; 3 no usable torch "
+        "(watch gives no verdict in its status: commscope dump does)",
     )
     _address_options(p)
     p.add_argument("--once", action="store_true", help="print one snapshot and leave")
     p.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
     p.add_argument("--web", action="store_true",
                    help="serve the live view as a local web page (read-only, token in the URL)")
-    p.add_argument("--host", default="127.0.0.1", help="address the page binds to")
-    p.add_argument("--port", type=int, default=0, help="port of the page (0: any free one)")
-    p.add_argument("--stall-s", type=float, default=None, metavar="S",
-                   help="an op unfinished this long means stuck (default: 2 intervals)")
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST",
+                   help="with --web: the address the page binds to (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, metavar="PORT",
+                   help="with --web: the page's port (default: 0, any free one)")
+    p.add_argument("--stall-s", type=float, default=None, metavar="SECONDS",
+                   help="an op unfinished this long means stuck (default: 2 publishing "
+                   "intervals)")
     p.set_defaults(run=_run_watch)
 
 
 def _address_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", metavar="HOST:PORT",
-                   help="the job's store (torchrun's MASTER_ADDR:MASTER_PORT)")
-    p.add_argument("--token", default=None, help="the job's watch token (in its watch file)")
-    p.add_argument("--file", default=None, metavar="PATH",
-                   help="the watch file rank 0 writes (default commscope_traces/watch.json)")
+    p.add_argument("--store", metavar="HOST:PORT", help="the job's store, torchrun's "
+                   "MASTER_ADDR:MASTER_PORT (default: the watch file's)")
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="the job's watch token (default: the watch file's)")
+    p.add_argument("--file", default=None, metavar="FILE", help="the watch file the first "
+                   "rank of each host writes (default: commscope_traces/watch.json)")
 
 
 def _run_watch(args: argparse.Namespace) -> int:
@@ -603,21 +734,36 @@ def _add_dump(sub: argparse._SubParsersAction) -> None:
         help="ask every rank of a running job for its flight-recorder dump, then analyze",
         formatter_class=_formatter,
         description="Asks every rank of a running job (through its store) to write its "
-        "dump now, waits for the files and prints `commscope analyze`'s report. The job "
-        "keeps running.",
+        "dump now, waits for the files and prints `commscope analyze`'s report, or, when "
+        "some files are on other hosts, the verdict of every rank's live record. The job "
+        "keeps running. Exits with the verdict, as `commscope analyze` does.",
+        epilog="examples:\n"
+        "  commscope dump                          # reads commscope_traces/watch.json\n"
+        "  commscope dump --file /shared/job42/traces/watch.json --wait-s 120\n"
+        "  commscope dump --exit-zero              # in a script that must not stop here\n\n"
+        + exitcodes.help_table()
+        + "\n(7 here also: the job cannot be reached, or no rank wrote a dump)",
     )
     _address_options(p)
-    p.add_argument("--wait-s", type=float, default=60.0, metavar="S",
-                   help="how long to wait for the files")
+    p.add_argument("--wait-s", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the files (default: 60)")
+    _exit_zero_option(p)
     p.set_defaults(run=_run_dump)
 
 
 def _run_dump(args: argparse.Namespace) -> int:
-    _torch_installed("commscope dump (it talks to the job's store)")
+    feature = "commscope dump (it talks to the job's store)"
+    try:
+        _torch_installed(feature)
+    except (TorchMissing, TorchTooOld) as exc:  # not 3: that status means "incomplete"
+        raise UsageError(str(exc)) from None
     address = _job_address(args)
     if address is None:
-        return 1
-    need_torch("commscope dump (it talks to the job's store)")
+        return exitcodes.UNREADABLE
+    try:
+        need_torch(feature)
+    except (TorchMissing, TorchTooOld) as exc:
+        raise UsageError(str(exc)) from None
     from commscope.watch.command import run_dump
 
     return run_dump(address, wait_s=args.wait_s)
@@ -633,15 +779,17 @@ def _add_job_log(sub: argparse._SubParsersAction) -> None:
         "host, the whole-job verdict from every rank's live record with every dump as "
         "host:folder (docs/hosts.md). Reads `end RC` from stdin when the job ended.",
     )
-    p.add_argument("--file", required=True, metavar="PATH", help="this host's watch file")
+    p.add_argument("--file", required=True, metavar="FILE", help="this host's watch file")
     p.add_argument("--since-ns", type=int, default=0, metavar="NS",
-                   help="ignore a watch file and this host's dumps older than this time")
+                   help="ignore a watch file and this host's dumps older than this time, "
+                   "in ns since the epoch (default: 0)")
     p.add_argument("--local-ranks", type=int, default=0, metavar="N",
-                   help="how many ranks run on this host (0: unknown)")
-    p.add_argument("--settle-s", type=float, default=5.0, metavar="S",
-                   help="how long to wait for every rank's dump note after an incident")
-    p.add_argument("--poll-s", type=float, default=1.0, metavar="S",
-                   help="how often to look for an incident")
+                   help="how many ranks run on this host (default: 0, unknown)")
+    p.add_argument("--settle-s", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for every rank's dump note after an incident "
+                   "(default: 5)")
+    p.add_argument("--poll-s", type=float, default=1.0, metavar="SECONDS",
+                   help="how often to look for an incident (default: 1)")
     p.set_defaults(run=_run_job_log)
 
 
@@ -735,10 +883,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stdout)
         return 0
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
     except UsageError as exc:
-        print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args, str(exc), exitcodes.USAGE)
     except (TorchMissing, TorchTooOld) as exc:
         print(f"commscope {args.command}: {exc}", file=sys.stderr)
         return 3
@@ -749,3 +896,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader (`| head`) went away: not an error of ours.
         sys.stderr.close()
         return 0
+    return exitcodes.exit_zero(code) if getattr(args, "exit_zero", False) else code

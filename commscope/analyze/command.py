@@ -25,8 +25,10 @@ from commscope.analyze.present.report import format_report
 from commscope.analyze.read.archive import ARCHIVE_SUFFIXES, is_archive_name
 from commscope.analyze.read.inputs import InputReport, Unpacking, check_paths
 from commscope.analyze.read.load import discover, rank_in_name
+from commscope.exitcodes import UNREADABLE, for_verdict
 
-__all__ = ["run_analyze", "progress_bar", "unpack_progress"]
+__all__ = ["run_analyze", "progress_bar", "unpack_progress", "UnreadableInput",
+           "EntriesFilterError"]
 
 _BAR_MIN_FILES = 16
 _UNPACK_SHOWN_BYTES = 16 << 20
@@ -117,6 +119,17 @@ def unpack_progress(enabled: bool | None = None) -> Iterator[Unpacking]:
             bar.stop()
 
 
+class UnreadableInput(ValueError):
+    """No dump can be read from the inputs: a path that does not exist, that is neither a
+    folder, a dump file nor an archive, or inputs that hold no file named like a dump
+    (exit status :data:`~commscope.exitcodes.UNREADABLE`)."""
+
+
+class EntriesFilterError(ValueError):
+    """An ``--entries`` filter (ranks, groups) matches nothing: the request is wrong, not
+    the dumps (a usage error)."""
+
+
 def run_analyze(
     folder: str | Sequence[str],
     *,
@@ -132,21 +145,48 @@ def run_analyze(
     entries: dict[str, Any] | None = None,
     all_groups: bool = False,
 ) -> int:
-    """Run the analysis and write its outputs; return the exit code (0).
+    """Run the analysis, write its outputs and return the exit status: the verdict's
+    (:func:`commscope.exitcodes.for_verdict`), or
+    :data:`~commscope.exitcodes.UNREADABLE` when no dump could be read at all.
 
     ``folder``: one folder or dump file as ever, or several folders, dump files and
     archives (``.tar``, ``.tar.gz``/``.tgz``, ``.zip``), read as one folder.
     ``entries`` (keyword arguments of :func:`~commscope.analyze.present.entries.format_entries`)
     appends the side-by-side view of each group's newest records to the text report.
-    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a path that is
-    neither a folder, a dump file nor a supported archive, when the inputs hold no file
-    that looks like a dump, or when an ``entries`` filter matches nothing.
+    Raises :class:`UnreadableInput` for a missing path, a path that is neither a folder,
+    a dump file nor a supported archive, or inputs with no file that looks like a dump;
+    :class:`EntriesFilterError` when an ``entries`` filter matches nothing; ``OSError``
+    when an output cannot be written.
     ``straggler_ms`` ``None``: the measured default
     (:data:`~commscope.analyze.align.arrivals.STRAGGLER_MS`).
     """
+    paths = [folder] if isinstance(folder, str) else list(folder)
+    try:
+        result = _analyze_inputs(paths, prefix=prefix, world_size=world_size, jobs=jobs,
+                                 straggler_ms=straggler_ms, stall_s=stall_s,
+                                 end_times=bool(perfetto or html))
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        raise UnreadableInput(str(exc)) from None
+    want_json = as_json or bool(output and output.endswith(".json"))
+    reports: list[InputReport] = result.extra.get("inputs", [])
+    text = (json.dumps(analysis_json(result), indent=2) + "\n") if want_json else _report(
+        result, paths, reports, all_groups)
+    if entries is not None and not want_json:
+        try:
+            text += "\n" + format_entries(result, **entries)
+        except ValueError as exc:
+            raise EntriesFilterError(str(exc)) from None
+    _write(result, text, output=output, perfetto=perfetto, html=html)
+    return UNREADABLE if not result.load.dumps else for_verdict(result.verdict)
+
+
+def _analyze_inputs(paths: list[str], *, prefix: str | None, world_size: int | None,
+                    jobs: int | None, straggler_ms: float | None, stall_s: float,
+                    end_times: bool) -> Analysis:
+    """Check the inputs, then analyze them as one folder; ``FileNotFoundError`` or
+    ``ValueError`` when they hold nothing that looks like a dump."""
     if straggler_ms is None:
         straggler_ms = STRAGGLER_MS
-    paths = [folder] if isinstance(folder, str) else list(folder)
     single = paths[0] if len(paths) == 1 and not is_archive_name(paths[0]) else None
     if single is not None:
         check_paths(paths)
@@ -158,21 +198,22 @@ def run_analyze(
     with progress_bar() as progress, unpack_progress() as unpacking:
         result = analyze(single if single is not None else paths, prefix=prefix,
                          world_size=world_size, jobs=jobs, progress=progress,
-                         straggler_ms=straggler_ms, stall_s=stall_s,
-                         end_times=bool(perfetto or html),
+                         straggler_ms=straggler_ms, stall_s=stall_s, end_times=end_times,
                          unpacking=unpacking)
     reports: list[InputReport] = result.extra.get("inputs", [])
     if reports and not any(r.found for r in reports) and not result.load.unreadable:
         raise ValueError(_no_dumps(", ".join(paths), prefix, sum(r.ignored for r in reports)))
     if not result.load.dumps and result.unreadable and all(
             os.path.isfile(p) for p in paths) and not any(r.found for r in reports):
-        # Only files given, none is a dump, no archive held one: a usage error.
+        # Only files given, none is a dump, no archive held one.
         raise ValueError("; ".join(f"{u.file}: {u.error}" for u in result.unreadable[:3]))
-    want_json = as_json or bool(output and output.endswith(".json"))
-    text = (json.dumps(analysis_json(result), indent=2) + "\n") if want_json else _report(
-        result, paths, reports, all_groups)
-    if entries is not None and not want_json:
-        text += "\n" + format_entries(result, **entries)
+    return result
+
+
+def _write(result: Analysis, text: str, *, output: str | None, perfetto: str | None,
+           html: str | None) -> None:
+    """The report to ``output`` (the verdict and root cause to stdout) or to stdout, then
+    the Perfetto timeline and the HTML report where asked."""
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
@@ -187,7 +228,6 @@ def run_analyze(
     if html:
         write_html(result, html)
         print(f"HTML report written to {html}", file=sys.stderr)
-    return 0
 
 
 def _no_dumps(where: str, prefix: str | None, ignored: int) -> str:

@@ -3,7 +3,9 @@
 Watching only reads keys of the job's store (``commscope dump`` also bumps one counter
 that asks the ranks to dump, which is its purpose). Leaving (Ctrl-C) closes the client
 and nothing else. Every failure (no store, wrong token, a store that goes away) ends
-with one sentence and exit status 1, never a traceback.
+with one sentence, never a traceback, and exit status 1 for ``watch``;
+``commscope dump`` exits with the verdict (:mod:`commscope.exitcodes`), 7 when it got no
+dump to read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from commscope.analyze.diagnose.hosts import host_phrase
 from commscope.analyze.read.load import LATER_DIR
 from commscope.analyze.text import rank_list
+from commscope.exitcodes import UNREADABLE, for_verdict
 from commscope.watch.address import Address, WatchError, resolve_address
 from commscope.watch.live import LiveCache, Thresholds, lost_hosts, silent_ranks, snapshot
 from commscope.watch.source import Fetched, StoreSource
@@ -115,7 +118,10 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
     """``commscope dump``: ask every rank of a running job, on every host, to dump; say at
     once what every rank's live record shows (all hosts), list every dump as
     ``host:path``, and analyze the files where this machine can read them all (one host,
-    or a shared folder). The job keeps running.
+    or a shared folder). The job keeps running. Returns the exit status: the verdict of
+    the files' analysis (:func:`commscope.exitcodes.for_verdict`), or of the live records
+    when some files are on other hosts; 7 (``UNREADABLE``) when no dump could be got or
+    read.
 
     Each rank notes through the store where it wrote its dump (``dumped/<rank>``), so
     the wait ends as soon as every rank has written, wherever its file lies; it never
@@ -174,7 +180,7 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
             late = sorted(set(range(world)) - fresh)
             for line in _unanswered(last, late, silent):
                 write(line)
-        _live_verdict(source, write)
+        live = _live_verdict(source, write)
         _list_dumps(notes, write)
         if aside:
             write(f"{len(aside)} rank(s) had already dumped for an incident: their dumps of "
@@ -188,36 +194,60 @@ def run_dump(address: Address, *, wait_s: float = 60.0,
                   "not readable from here: the verdict above comes from every rank's live "
                   "record; for the full analysis, copy those folders here (or pack them) and "
                   "run `commscope analyze` with every folder or archive")
-            return 0
-        from commscope.analyze import analyze, format_report
-
-        target: Any = folders[0] if len(folders) == 1 else folders
-        # the live view's stall threshold: an op younger than that was caught in flight
-        stall = Thresholds(float(source.meta.get("interval_s") or 2.0)).stall
-        result = analyze(target, prefix=os.path.basename(prefix), world_size=world,
-                         stall_s=stall)
-        write(format_report(result, ", ".join(folders)))
-        return 0
+            return for_verdict(live)
+        return _analyze_files(source, folders, prefix, world, write)
     except WatchError as exc:
         print(f"commscope dump: {exc}", file=sys.stderr)
-        return 1
+        return UNREADABLE
+
+
+def _analyze_files(source: StoreSource, folders: list[str], prefix: str, world: int,
+                   write: Callable[[str], None]) -> int:
+    """``commscope analyze``'s report of the dumps this machine can read; the exit
+    status of its verdict, 7 when no file could be read."""
+    from commscope.analyze import analyze, format_report
+
+    target: Any = folders[0] if len(folders) == 1 else folders
+    # the live view's stall threshold: an op younger than that was caught in flight
+    stall = Thresholds(float(source.meta.get("interval_s") or 2.0)).stall
+    try:
+        result = analyze(target, prefix=os.path.basename(prefix), world_size=world,
+                         stall_s=stall)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        print(f"commscope dump: cannot read the dumps: {exc}", file=sys.stderr)
+        return UNREADABLE
+    write(format_report(result, ", ".join(folders)))
+    return UNREADABLE if not result.load.dumps else for_verdict(result.verdict)
+
+
+_LIVE_VERDICT = {"stuck": "hang", "desync": "desync", "healthy": "healthy",
+                 "behind": "healthy", "slow": "healthy"}
+"""The live view's state as the analyzer's verdict (a crashed rank among the findings
+of a stuck job makes it ``crash``); ``gone``, ``waiting`` and no snapshot:
+``incomplete``."""
 
 
 def _live_verdict(source: StoreSource, write: Callable[[str], None],
-                  stall_s: float | None = None) -> None:
+                  stall_s: float | None = None) -> str:
     """What every rank's progress record says right now, all hosts (the live view's
-    analysis): printed before any file is read."""
+    analysis): printed before any file is read. Returns it as the analyzer's verdict
+    (:data:`_LIVE_VERDICT`)."""
     try:
         snap = SnapshotMaker(source, stall_s=stall_s)()
     except WatchError as exc:
         write(f"no live verdict: {exc}")
-        return
-    state = str(snap.get("state", "?")).upper()
-    write(f"live verdict (every rank's record, all hosts): {state}: {snap.get('headline', '')}")
+        return "incomplete"
+    state = str(snap.get("state", "?"))
+    write(f"live verdict (every rank's record, all hosts): {state.upper()}: "
+          f"{snap.get('headline', '')}")
     for f in snap.get("findings", [])[:4]:
         write(f"  [{f['kind']}] {f['message']}")
     for f in snap.get("desyncs", [])[:4]:  # told by the ranks' running fingerprints
         write(f"  [{f['kind']}] {f['message']}")
+    if state == "stuck" and any(f.get("kind") == "crashed_rank"
+                                for f in snap.get("findings", [])):
+        return "crash"
+    return _LIVE_VERDICT.get(state, "incomplete")
 
 
 def incident_summary(source: StoreSource, notes: dict[int, dict[str, Any]],

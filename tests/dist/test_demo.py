@@ -19,7 +19,7 @@ pytestmark = pytest.mark.dist
 def _demo(tmp_path, *args):
     out = tmp_path / "commscope_demo"  # the default name, as in the README
     proc = subprocess.run(
-        [sys.executable, "-m", "commscope", "demo", "--out", str(out), *args],
+        [sys.executable, "-m", "commscope", "demo", "-o", str(out), *args],
         capture_output=True,
         text=True,
         timeout=150,
@@ -87,7 +87,7 @@ def test_readme_shows_what_the_demo_prints(tmp_path):
 
 
 def test_demo_watch_names_the_stall_before_the_recorder_timeout(tmp_path):
-    proc, _ = _demo(tmp_path, "--watch", "--timeout", "8")
+    proc, _ = _demo(tmp_path, "--watch", "--timeout-s", "8")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = proc.stdout
     watch = [line for line in text.splitlines() if "[commscope watch]" in line]

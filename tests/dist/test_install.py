@@ -80,11 +80,11 @@ def _check(py: Path, tmp_path: Path, expect_c: bool) -> None:
     cli = str(py.parent / "commscope")
     out = subprocess.run([cli, "analyze", str(FIXTURE), "--json"], capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=120)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 5, out.stderr  # the verdict's exit status: hang
     root = json.loads(out.stdout)["findings"][0]
     assert (root["kind"], root["culprit_ranks"]) == ("missing_rank", [3])
     html = tmp_path / "report.html"
-    out = subprocess.run([cli, "analyze", str(FIXTURE), "--html", str(html)],
+    out = subprocess.run([cli, "analyze", str(FIXTURE), "--html", str(html), "--exit-zero"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert out.returncode == 0 and "<script>" in html.read_text()  # viewer files shipped
 
@@ -191,7 +191,7 @@ def test_pip_install_without_torch_gives_the_analyzer_view_diff_and_mesh(tmp_pat
                               cwd=tmp_path, timeout=120)
 
     out = run("analyze", str(FIXTURE), "--json")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 5, out.stderr  # hang
     assert json.loads(out.stdout)["findings"][0]["culprit_ranks"] == [3]
     assert run("mesh", "--shape", "2,4", "--names", "dp,tp").returncode == 0
     comm = REPO / "tests" / "data" / "comm"

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import for_verdict
 from tests.hosts.cluster import Cluster, Host
 from tests.hosts.job import TRACES, start_job
 
@@ -59,8 +60,10 @@ def _stepping(snap: dict | None) -> dict | None:
 
 
 def _analyze(folder, capsys) -> dict:
-    assert main(["analyze", str(folder), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    code = main(["analyze", str(folder), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == for_verdict(result["verdict"])  # the exit status says the verdict
+    return result
 
 
 BEHIND_S = {"hostB": 0.3, "hostC": 10, "hostD": 60}

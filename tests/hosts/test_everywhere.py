@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import for_verdict
 from commscope.hosttable import decode_table
 from tests.hosts.cluster import Cluster, Host, wait_until
 from tests.hosts.job import TRACES, MultiHostJob, start_job
@@ -182,8 +183,10 @@ def hung(cluster, tmp_path_factory):
 
 
 def _analyze(inputs: list[Path], capsys) -> dict:
-    assert main(["analyze", *map(str, inputs), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    code = main(["analyze", *map(str, inputs), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == for_verdict(result["verdict"])  # the exit status says the verdict
+    return result
 
 
 def _gist(result: dict) -> dict:
@@ -237,7 +240,7 @@ def test_watch_once_typed_anywhere_sees_the_whole_job_stuck_on_rank_3(hung, host
 @pytest.mark.parametrize("host", ["hostA", "hostB", "hostC"])
 def test_dump_typed_anywhere_gives_the_whole_job_verdict_and_every_dumps_place(hung, host):
     ran = hung.dump[host]
-    assert ran.rc == 0, ran
+    assert ran.rc == for_verdict("hang"), ran  # the live verdict's: some files are away
     out = ran.out
     assert f"{LIVE}STUCK" in out and "load_batch" in out, ran
     assert "[missing_rank] Rank 3 (hostB, pid " in out, ran
@@ -257,7 +260,7 @@ def test_dump_typed_anywhere_gives_the_whole_job_verdict_and_every_dumps_place(h
 
 def test_one_hosts_folder_typed_on_that_host_is_partial_never_a_crash(hung):
     ran = hung.analyze_on_hostA
-    assert ran.rc == 0, ran
+    assert ran.rc == for_verdict("hang"), ran
     result = json.loads(ran.out)
     assert result["ranks"]["loaded"] == [0, 1]
     kinds = [f["kind"] for f in result["findings"]]
@@ -375,7 +378,7 @@ def test_uneven_hosts_the_verdict_and_host_table_are_right(uneven, capsys):
             for row in result["hosts"]]
     assert rows == [("hostA", [0], [0], []), ("hostB", [1, 2, 3], [1, 2, 3], [3])], rows
     assert result["exclude_hosts"] == []  # alive and stalled: not the machine's fault
-    assert main(["analyze", str(uneven.merged)]) == 0
+    assert main(["analyze", str(uneven.merged)]) == for_verdict("hang")
     text = capsys.readouterr().out
     table = text.split("\nhosts:\n", 1)[1]
     assert re.search(r"^  hostA +0 +1/1 +/tmp/job/commscope_traces *$", table, re.M), text

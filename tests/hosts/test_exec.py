@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import for_verdict
 from tests.hosts.cluster import Cluster
 from tests.hosts.job import TRACES, MultiHostJob
 from tests.hosts.srun import start_srun_job
@@ -94,7 +95,7 @@ def test_rank_0_printed_the_banner_once_and_every_host_has_its_watch_file(hung):
 
 
 def test_the_merged_analysis_names_the_rank_on_the_other_host(hung, capsys):
-    assert main(["analyze", str(hung.merged), "--json"]) == 0
+    assert main(["analyze", str(hung.merged), "--json"]) == for_verdict("hang")
     result = json.loads(capsys.readouterr().out)
     assert result["verdict"] == "hang"
     assert result["ranks"]["loaded"] == [0, 1, 2, 3]

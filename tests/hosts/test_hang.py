@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import for_verdict
 from tests.hosts.cluster import Cluster, Host
 from tests.hosts.job import TRACES, start_job
 
@@ -63,8 +64,10 @@ def _dump(path: Path) -> dict:
 
 
 def _analyze(folder: Path, capsys) -> dict:
-    assert main(["analyze", str(folder), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    code = main(["analyze", str(folder), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == for_verdict(result["verdict"])  # the exit status says the verdict
+    return result
 
 
 def test_every_rank_on_every_host_dumps_on_its_own_host(hung):
@@ -105,8 +108,9 @@ def _analyze_on(host: Host, folder: str) -> dict:
     """``commscope analyze FOLDER --json`` typed on ``host``."""
     proc = host.run([sys.executable, "-m", "commscope", "analyze", folder, "--json"],
                     timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == for_verdict(result["verdict"]), proc.stderr
+    return result
 
 
 def test_analyze_on_a_host_reads_that_hosts_dumps(hung):

@@ -18,6 +18,7 @@ import shutil
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import for_verdict
 from tests.hosts.cluster import Cluster
 from tests.hosts.job import TRACES, start_job
 from tests.hosts.test_clocks import LIBFAKETIME
@@ -51,10 +52,11 @@ def _run(cluster: Cluster, tmp_path, capsys, slow: list[int], behind_s: float,
     finally:
         job.stop()
     folder = job.collect(tmp_path / "dumps", merged=True)
-    assert main(["analyze", str(folder), "--json"]) == 0
+    code = main(["analyze", str(folder), "--json"])
     result = json.loads(capsys.readouterr().out)
+    assert code == for_verdict(result["verdict"])  # the exit status says the verdict
     if text:
-        assert main(["analyze", str(folder)]) == 0
+        assert main(["analyze", str(folder)]) == code
         result["text"] = " ".join(capsys.readouterr().out.split())
     return result
 

@@ -122,7 +122,7 @@ def test_hung_job_dumps_every_rank_and_analyze_names_the_rank(tmp_path):
 
     out = tmp_path / "analysis.txt"
     proc = _commscope("analyze", "-d", str(traces), "-o", str(out), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 5, proc.stderr  # the verdict's exit status: hang
     text = out.read_text()
     assert "missing_rank" in text and "Rank 1" in text
     assert "tutorial_flight_recorder_hang.py" in text  # the culprit's own frame

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from commscope.cli import main
+from commscope.exitcodes import CRASH, DESYNC, HANG, UNREADABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 
 
 def test_positional_and_dash_d_give_the_same_report(capsys):
-    assert main(["analyze", str(DATA / "missing_rank")]) == 0
+    assert main(["analyze", str(DATA / "missing_rank")]) == HANG  # the verdict's status
     one = capsys.readouterr().out
-    assert main(["analyze", "-d", str(DATA / "missing_rank")]) == 0
+    assert main(["analyze", "-d", str(DATA / "missing_rank")]) == HANG
     two = capsys.readouterr().out
     strip = [line for line in one.splitlines() if not line.startswith("analyzed in")]
     assert strip == [line for line in two.splitlines() if not line.startswith("analyzed in")]
@@ -31,7 +32,7 @@ def test_positional_and_dash_d_give_the_same_report(capsys):
 
 def test_output_file_gets_the_report(tmp_path, capsys):
     out = tmp_path / "analysis.txt"
-    assert main(["analyze", "-d", str(DATA / "op_mismatch"), "-o", str(out)]) == 0
+    assert main(["analyze", "-d", str(DATA / "op_mismatch"), "-o", str(out)]) == HANG
     printed = capsys.readouterr().out
     assert "analysis written to" in printed and printed.startswith("hang: Rank 1")
     text = out.read_text()
@@ -39,15 +40,15 @@ def test_output_file_gets_the_report(tmp_path, capsys):
 
 
 def test_json_to_stdout_and_to_a_json_file(tmp_path, capsys):
-    assert main(["analyze", str(DATA / "dtype_mismatch"), "--json"]) == 0
+    assert main(["analyze", str(DATA / "dtype_mismatch"), "--json"]) == DESYNC
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "commscope.analysis/2" and data["verdict"] == "desync"
     out = tmp_path / "a.json"
-    assert main(["analyze", str(DATA / "dtype_mismatch"), "-o", str(out)]) == 0
+    assert main(["analyze", str(DATA / "dtype_mismatch"), "-o", str(out)]) == DESYNC
     assert json.loads(out.read_text()) == data
     assert data["wait_graph"] is None  # a desync the job went through: nobody waits
     capsys.readouterr()
-    assert main(["analyze", str(DATA / "missing_rank"), "--json"]) == 0
+    assert main(["analyze", str(DATA / "missing_rank"), "--json"]) == HANG
     graph = json.loads(capsys.readouterr().out)["wait_graph"]
     culprit = next(n for n in graph["nodes"] if "root" in n["states"])
     assert culprit["ranks"] == [2]
@@ -57,7 +58,7 @@ def test_json_to_stdout_and_to_a_json_file(tmp_path, capsys):
 
 def test_perfetto_trace_structure(tmp_path, capsys):
     trace = tmp_path / "trace.json"
-    assert main(["analyze", str(DATA / "missing_rank"), "--perfetto", str(trace)]) == 0
+    assert main(["analyze", str(DATA / "missing_rank"), "--perfetto", str(trace)]) == HANG
     events = json.loads(trace.read_text())["traceEvents"]
     names = {(e["pid"], e["args"]["name"]) for e in events
              if e["ph"] == "M" and e["name"] == "process_name"}
@@ -82,7 +83,7 @@ def test_perfetto_trace_structure(tmp_path, capsys):
 
 def test_html_is_self_contained(tmp_path, capsys):
     page = tmp_path / "report.html"
-    assert main(["analyze", str(DATA / "cross_group_deadlock"), "--html", str(page)]) == 0
+    assert main(["analyze", str(DATA / "cross_group_deadlock"), "--html", str(page)]) == HANG
     text = page.read_text()
     assert '<script type="application/json" id="commscope-data">' in text
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
@@ -92,10 +93,8 @@ def test_html_is_self_contained(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["analyze"], "give the folder of dumps"),
-    (["analyze", "/no/such/folder"], "does not exist"),
     (["analyze", "a", "-d", "b"], "give the folder once"),
     (["analyze", str(DATA / "healthy"), "--world-size", "0"], "--world-size must be >= 1"),
-    (["analyze", str(DATA / "healthy"), "--prefix", "nothing_"], "no dump files"),
     (["analyze", str(DATA / "healthy"), "--ranks", "0"], "add --entries"),
     (["analyze", str(DATA / "healthy"), "--entries", "0"], "--entries must be >= 1"),
     (["analyze", str(DATA / "healthy"), "--entries", "--json"], "cannot go into --json"),
@@ -110,8 +109,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_empty_folder_is_a_usage_error(tmp_path, capsys):
-    assert main(["analyze", str(tmp_path)]) == 2
+@pytest.mark.parametrize("argv,needle", [
+    (["analyze", "/no/such/folder"], "does not exist"),
+    (["analyze", str(DATA / "healthy"), "--prefix", "nothing_"], "no dump files"),
+])
+def test_no_dump_at_the_path_is_one_line_and_exit_7(argv, needle, capsys):
+    assert main(argv) == UNREADABLE
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_empty_folder_is_unreadable_input(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path)]) == UNREADABLE
     assert "no dump files" in capsys.readouterr().err
 
 
@@ -127,7 +136,7 @@ A.write_perfetto(r, sys.argv[2] + "/t.json")
 code = main(["analyze", sys.argv[1], "--json"])
 assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules
                if sys.modules[m] is not None), "torch got imported"
-sys.exit(code)
+sys.exit(0 if code == 5 else 100 + code)  # 5: the verdict, hang
 """
 
 
@@ -147,7 +156,7 @@ def test_console_script_runs_without_torch_import(tmp_path):
             "sys.exit(main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", code, "analyze", str(DATA / "crashed_rank")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == CRASH, proc.stderr
     assert "verdict: CRASH" in proc.stdout
 
 
@@ -200,7 +209,7 @@ def test_perfetto_draws_p2p_ops_and_joins_each_send_to_its_recv(tmp_path, capsys
     # p2p_unmatched: a pipeline 0 → 1 → 2 → 3, four sends each, and rank 3 posted only
     # three recvs, so rank 2's last send to 3 never completes.
     trace = tmp_path / "trace.json"
-    assert main(["analyze", str(DATA / "p2p_unmatched"), "--perfetto", str(trace)]) == 0
+    assert main(["analyze", str(DATA / "p2p_unmatched"), "--perfetto", str(trace)]) == HANG
     events = json.loads(trace.read_text())["traceEvents"]
     p2p_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M"
                    and e["name"] == "thread_name" and e["args"]["name"].startswith("p2p, ")}
@@ -267,12 +276,12 @@ def test_one_member_groups_with_no_record_are_folded_into_a_count(tmp_path, caps
     job.collective("all_reduce", group="1")
     job.collective("all_reduce", group="1", ranks=[0], stuck=True)
     job.write(tmp_path / "d")
-    assert main(["analyze", str(tmp_path / "d")]) == 0
+    assert main(["analyze", str(tmp_path / "d")]) == HANG
     out = capsys.readouterr().out
     table = out[out.index("groups:"):]
     assert "mesh_pp" not in table.splitlines()[2]
     assert "+ 6 one-member groups with no record (mesh_cp, mesh_dp_replicate, mesh_pp" in table
-    assert main(["analyze", str(tmp_path / "d"), "--all-groups"]) == 0
+    assert main(["analyze", str(tmp_path / "d"), "--all-groups"]) == HANG
     full = capsys.readouterr().out
     rows = [line for line in full[full.index("groups:"):].splitlines() if "mesh_" in line]
     assert len(rows) == 7 and "one-member" not in full
@@ -280,7 +289,7 @@ def test_one_member_groups_with_no_record_are_folded_into_a_count(tmp_path, caps
 
 def test_group_creation_shows_in_the_groups_table(capsys):
     folder = DATA / "scenarios" / "skip_new_group" / "ours"
-    assert main(["analyze", str(folder)]) == 0
+    assert main(["analyze", str(folder)]) == HANG
     out = capsys.readouterr().out
     assert "0-2 never came (creating experts)" in out
     assert "being created: 0-2 wait at make_scenarios.py:" in out
@@ -288,7 +297,7 @@ def test_group_creation_shows_in_the_groups_table(capsys):
 
 def test_other_jobs_and_later_dumps_are_listed_not_merged(capsys):
     folder = DATA / "scenarios" / "restarted_job_killed_rank" / "ours"
-    assert main(["analyze", str(folder)]) == 0
+    assert main(["analyze", str(folder)]) == CRASH
     out = capsys.readouterr().out
     assert "other jobs in this folder, not analyzed" in out
     assert "rank_3: rank 3's file belongs to another job" in out

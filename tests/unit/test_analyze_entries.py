@@ -94,7 +94,7 @@ def test_bad_rank_spec_says_why(spec):
 
 def test_cli_appends_the_entries_to_the_text_report(tmp_path, capsys):
     out = tmp_path / "report.txt"
-    assert main(["analyze", str(DATA / "missing_rank"), "--entries", "1", "-o", str(out)]) == 0
+    assert main(["analyze", str(DATA / "missing_rank"), "--entries", "1", "-o", str(out)]) == 5
     text = out.read_text()
     assert text.index("findings (root cause first)") < text.index("entries (newest 1")
     assert "#4  all_reduce [[4]] Float  0, 1 pending; 2 not issued" in text
@@ -118,13 +118,21 @@ def test_coalesced_records_show_their_members(tmp_path):
 
 def test_fr_trace_spellings_work(capsys):
     folder = str(DATA / "recorded" / "cross_group_deadlock")
+    hang = 5
     assert main(["analyze", "-d", folder, "--just_print_entries", "--selected-ranks", "0", "2",
-                 "--pg-filters", "group_A", "group_C", "--allow-incomplete-ranks"]) == 0
+                 "--pg-filters", "group_A", "group_C", "--allow-incomplete-ranks"]) == hang
     fr_style = capsys.readouterr().out
     assert main(["analyze", folder, "--entries", "--ranks", "0,2", "--group", "group_A",
-                 "--group", "group_C"]) == 0
+                 "--group", "group_C"]) == hang
     ours = capsys.readouterr().out
     assert fr_style.split("entries (")[1] == ours.split("entries (")[1]  # not the timing
+    # fr_trace's short -j, the folder first or last (python -m ...fr_trace DIR -j)
+    assert main(["analyze", folder, "-j", "--selected-ranks", "0", "2", "--pg-filters",
+                 "group_A", "group_C"]) == hang
+    assert capsys.readouterr().out.split("entries (")[1] == ours.split("entries (")[1]
+    assert main(["analyze", "-j", folder, "--selected-ranks", "0", "2", "--pg-filters",
+                 "group_A", "group_C"]) == hang
+    assert capsys.readouterr().out.split("entries (")[1] == ours.split("entries (")[1]
     assert "group_B" not in ours.split("entries (")[1]
     assert "#2  all_reduce [[4]] Float  0 not issued; 2 started" in ours
 

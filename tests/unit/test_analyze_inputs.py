@@ -24,6 +24,7 @@ import pytest
 from commscope.analyze import analyze
 from commscope.analyze.read import archive
 from commscope.cli import main
+from commscope.exitcodes import CRASH, HANG, UNREADABLE, USAGE
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SCENARIOS = DATA / "scenarios"
@@ -137,9 +138,9 @@ def test_archives_keep_end_times_for_the_exports(tmp_path, capsys):
     assert all(d.ends is not None for d in result.load.dumps.values())
     trace = tmp_path / "t.json"
     assert main(["analyze", *inputs, "--perfetto", str(trace), "--html",
-                 str(tmp_path / "r.html")]) == 0
+                 str(tmp_path / "r.html")]) == HANG
     want = tmp_path / "w.json"
-    assert main(["analyze", str(src), "--perfetto", str(want)]) == 0
+    assert main(["analyze", str(src), "--perfetto", str(want)]) == HANG
     spans = [sorted((e["pid"], e["name"], e.get("dur")) for e in json.loads(p.read_text())[
         "traceEvents"] if e["ph"] == "X") for p in (trace, want)]
     assert spans[0] == spans[1] and spans[0]
@@ -151,7 +152,7 @@ def test_header_names_every_input_and_what_each_gave(tmp_path, capsys):
     empty.mkdir()
     (empty / "notes.txt").write_text("nothing here")
     tgz = _tar(tmp_path / "hostB.tar.gz", {"hostB": hosts[1]})
-    assert main(["analyze", str(hosts[0]), tgz, str(empty)]) == 0
+    assert main(["analyze", str(hosts[0]), tgz, str(empty)]) == CRASH
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"commscope analyze: 3 inputs: {hosts[0]}, {tgz}, {empty}"
     assert out[1] == f"  {hosts[0]}: ranks 0, 3"
@@ -409,8 +410,8 @@ def test_a_file_named_like_an_archive_but_not_one_is_named(tmp_path, name, conte
     assert result.loaded == [0, 1, 2]
     assert needle in _errors(result)[str(fake)]
     assert f"{fake}: nothing used: not read: " in result.extra["inputs"][1].line()
-    # alone, it is a usage error: one line, exit 2
-    assert main(["analyze", str(fake)]) == 2
+    # alone, it is unreadable input: one line, exit 7
+    assert main(["analyze", str(fake)]) == UNREADABLE
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
 
@@ -418,7 +419,7 @@ def test_a_file_named_like_an_archive_but_not_one_is_named(tmp_path, name, conte
 # ---------------------------------------------------------------- the command
 
 
-def test_bad_paths_are_one_line_and_exit_2(tmp_path, capsys):
+def test_bad_paths_are_one_line_and_exit_7(tmp_path, capsys):
     folder, _ = _good(tmp_path)
     xz = tmp_path / "dumps.tar.xz"
     xz.write_bytes(b"x")
@@ -426,23 +427,23 @@ def test_bad_paths_are_one_line_and_exit_2(tmp_path, capsys):
     notes.write_text("x")
     fifo = tmp_path / "pipe.tgz"
     os.mkfifo(fifo)
-    for argv, needle in [
-        ([folder, str(tmp_path / "nope.tgz")], "nope.tgz does not exist"),
-        ([folder, str(xz)], ".tar.xz archives are not read"),
-        ([folder, str(notes)], "is neither a folder, an archive"),
-        ([folder, str(fifo)], "is neither a folder, a dump file nor an archive"),
-        ([folder, "-d", str(tmp_path)], "give the folder once"),
+    for argv, needle, code in [
+        ([folder, str(tmp_path / "nope.tgz")], "nope.tgz does not exist", UNREADABLE),
+        ([folder, str(xz)], ".tar.xz archives are not read", UNREADABLE),
+        ([folder, str(notes)], "is neither a folder, an archive", UNREADABLE),
+        ([folder, str(fifo)], "is neither a folder, a dump file nor an archive", UNREADABLE),
+        ([folder, "-d", str(tmp_path)], "give the folder once", USAGE),
     ]:
-        assert main(["analyze", *argv]) == 2, argv
+        assert main(["analyze", *argv]) == code, argv
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_no_dump_in_any_input_is_a_usage_error(tmp_path, capsys):
+def test_no_dump_in_any_input_is_unreadable_input(tmp_path, capsys):
     empty = tmp_path / "e"
     empty.mkdir()
     tgz = _tar(tmp_path / "notes.tgz", {"x": empty})
-    assert main(["analyze", str(empty), tgz]) == 2
+    assert main(["analyze", str(empty), tgz]) == UNREADABLE
     assert "no dump files in" in capsys.readouterr().err
 
 
@@ -456,7 +457,7 @@ def test_unpacking_is_reported(tmp_path, monkeypatch, capsys):
     size = os.path.getsize(tgz)
     assert calls[0] == (tgz, 0, size) and calls[-1] == (tgz, size, size)
     monkeypatch.setattr(command, "_UNPACK_SHOWN_BYTES", 0)  # as if it were a big one
-    assert main(["analyze", str(hosts[0]), tgz, "--json"]) == 0
+    assert main(["analyze", str(hosts[0]), tgz, "--json"]) == HANG
     captured = capsys.readouterr()
     assert f"commscope analyze: unpacking {tgz}" in captured.err
     assert json.loads(captured.out)["verdict"] == "hang"
@@ -485,6 +486,6 @@ def test_relative_and_absolute_inputs_mixed(tmp_path, monkeypatch, capsys):
     hosts = _split(DATA / "missing_rank", 2, tmp_path)
     tgz = _tar(tmp_path / "hostB.tgz", {"hostB": hosts[1]})
     monkeypatch.chdir(tmp_path)
-    assert main(["analyze", "host0", tgz]) == 0
+    assert main(["analyze", "host0", tgz]) == HANG
     out = capsys.readouterr().out
     assert out.startswith(f"commscope analyze: 2 inputs: host0, {tgz}\n  host0: ranks 0, 2\n")

@@ -100,7 +100,7 @@ def test_the_defaults_live_in_one_place():
     parser = build_parser()
     help_text = " ".join(parser._subparsers._group_actions[0]  # type: ignore[union-attr]
                          .choices["analyze"].format_help().split())
-    assert f"(default {STRAGGLER_MS:g}, measured" in help_text
+    assert f"(default: {STRAGGLER_MS:g}, measured" in help_text
 
 
 # --------------------------------------------------------------------------- hosts

@@ -25,7 +25,7 @@ PKG = ROOT / "commscope"
 
 LAYER = {
     # the ground, itself in order: what needs torch and the mesh build on the compat table
-    "collectives": 0, "compat": 0, "console": 0, "hosttable": 0,
+    "collectives": 0, "compat": 0, "console": 0, "exitcodes": 0, "hosttable": 0,
     "needs_torch": 0.1, "probe": 0.1, "mesh": 0.2,
     "comm": 1, "flight": 1, "analyze": 1,
     "watch": 2,

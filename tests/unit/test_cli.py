@@ -15,7 +15,7 @@ def test_mesh_plan_text(capsys):
     code = main(
         [
             "mesh",
-            "--world",
+            "--world-size",
             "16384",
             "--shape",
             "2,1024,8",
@@ -54,7 +54,7 @@ def test_mesh_plan_json_and_warning(capsys):
     ("argv", "message"),
     [
         (
-            ["mesh", "--shape", "2,4", "--names", "dp,tp", "--world", "6"],
+            ["mesh", "--shape", "2,4", "--names", "dp,tp", "--world-size", "6"],
             "dp(2) * tp(4) = 8 != world size 6",
         ),
         (["mesh", "--shape", "2,x"], "--shape wants integers"),
@@ -78,17 +78,16 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 def test_help_shows_an_example(capsys):
     with pytest.raises(SystemExit):
         main(["mesh", "--help"])
-    assert "example:\n  commscope mesh --world 16384" in capsys.readouterr().out
+    assert "example:\n  commscope mesh --world-size 16384" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["analyze", "/nonexistent-folder"], "does not exist"),
-        (["analyze", "/etc/hostname"], "/etc/hostname: not a flight-recorder dump"),
         (["view", "/etc/hostname"], "cannot read /etc/hostname as JSON"),
         (["run", "/nonexistent-script.py"], "no such script: /nonexistent-script.py"),
-        (["demo", "--ranks", "3"], "--ranks must be an even number >= 4"),
+        (["demo", "--world-size", "3"], "--world-size must be an even number >= 4"),
+        (["demo", "--ranks", "3"], "--world-size must be an even number >= 4"),  # old name
         (["demo", "--fault", "bogus"], "invalid choice: 'bogus'"),
     ],
 )

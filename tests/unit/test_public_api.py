@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "commscope.flight",
     "commscope.analyze",
     "commscope.console",
+    "commscope.exitcodes",
     "commscope.demo",
     "commscope.cli",
 ]
@@ -88,7 +89,7 @@ def test_cli_without_torch_for_analyze_and_mesh():
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from commscope.cli import main\n"
-        f"assert main(['analyze', {str(data)!r}]) == 0\n"
+        f"assert main(['analyze', {str(data)!r}]) == 5\n"  # the verdict: hang
         "assert main(['mesh', '--shape', '2,4']) == 0\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
