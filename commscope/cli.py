@@ -563,10 +563,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         formatter_class=_formatter,
         prefix_chars="+",
         add_help=False,
-        usage="commscope run [-h] [TORCHRUN_OPTION ...] SCRIPT [ARG ...]\n"
-        "       commscope run [-h] [TORCHRUN_OPTION ...] -m MODULE [ARG ...]",
+        usage="commscope run [-h] [OPTION ...] SCRIPT [ARG ...]\n"
+        "       commscope run [-h] [OPTION ...] -m MODULE [ARG ...]",
         description="Run torchrun with every worker recording every collective of every "
-        "process group. Takes torchrun's arguments, every one passed to torchrun as it is "
+        "process group. Takes torchrun's arguments (OPTION), every one passed to torchrun as it is "
         "(`torchrun --help` lists them: --nproc-per-node, --nnodes, --node-rank, "
         "--rdzv-backend, --rdzv-endpoint, --rdzv-id, --standalone, --max-restarts, -m, "
         "...), then the script and its arguments, untouched. On a hang (timeout, "

@@ -285,3 +285,12 @@ def test_the_exit_status_table_is_in_the_docs_and_the_help(docs, capsys):
         out = capsys.readouterr().out
         assert exitcodes.help_table() in out and "--exit-zero" in out
     assert "--exit-zero" in docs["README.md"] and "exit status" in docs["docs/watch.md"]
+
+
+def test_run_help_says_it_takes_torchruns_arguments(capsys):
+    from commscope.cli import main
+
+    assert main(["run", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Takes torchrun's arguments (OPTION), every one passed to torchrun as it is" in out
+    assert "options of its own: -h, --help" in out and "exit status: torchrun's" in out
