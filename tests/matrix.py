@@ -152,7 +152,7 @@ def run_cell(python: str, version: str, torch: str, suite: str, folder: Path,
             if step(*pip, *links, f"torch=={torch}", timeout=install_timeout,
                     step_env=install_env):
                 return {"result": f"torch {torch} did not install", "log": str(log),
-                        "uninstallable": True}
+                        "uninstallable": True, "seconds": round(time.monotonic() - start)}
             # torch named again: the test extra's own needs (setuptools, say) are resolved
             # against that torch's pins, never upgraded past them (torch 2.11 and 2.12 ask
             # setuptools<82; an environment that breaks its torch's pins makes pip swap the
@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             worst = worst or (cell["result"] != "pass")
         line = f"Python {version} x torch {torch}: {cell['result']}"
-        line += f" ({cell.get('summary', '')}, {cell.get('seconds', '?')} s)"
+        said = [cell.get("summary"), f"{cell['seconds']} s" if "seconds" in cell else None]
+        if any(said):
+            line += f" ({', '.join(x for x in said if x)})"
         print(line, flush=True)
         for name in cell.get("failed", [])[:20]:
             print(f"    FAILED {name}", flush=True)
