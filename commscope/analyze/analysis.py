@@ -31,6 +31,7 @@ from commscope.analyze.align.match import (
     expected_ranks,
     match_p2p,
 )
+from commscope.analyze.align.progress import build_progress
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.findings import diagnose, verdict
 from commscope.analyze.diagnose.hosts import host_rows, hosts_to_exclude
@@ -110,12 +111,13 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
     groups = build_groups(load, expected)
     if not world_size:  # the user's --world-size stands; else every member counts
         expected = sorted(set(expected).union(*(g.ranks for g in groups.values())))
-    views = align_all(load, groups)
-    issues = match_p2p(load, groups)
+    issues = match_p2p(load, groups)  # resolves every op's peer first
+    progress = build_progress(load, groups)
+    views = align_all(load, groups, progress)
     ctx = Context(load=load, groups=groups, views=views, p2p=issues, expected=expected,
                   frames=FrameSource(load, in_memory), hosts=HostMap(load.dumps),
                   arrivals=group_arrivals(load, views) if straggler_ms != float("inf")
-                  else {})
+                  else {}, progress=progress)
     findings = diagnose(ctx, straggler_ms=straggler_ms, stall_s=stall_s)
     loaded = sorted(load.dumps)
     return Analysis(

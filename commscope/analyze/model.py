@@ -35,6 +35,8 @@ __all__ = [
     "Finding",
     "RankPlace",
     "HostMap",
+    "DumpKind",
+    "DEVICE_BACKENDS",
 ]
 
 RETIRED = 1
@@ -48,6 +50,46 @@ FAILED = 8
 It is not a done bit: the rank was blocked in it until it failed."""
 GAP = -1
 """Signature id of a sequence number a rank skipped inside its recorded range."""
+
+DEVICE_BACKENDS = frozenset({"nccl", "xccl", "hccl", "rccl", "mccl"})
+"""Backends whose calls return once the op is queued on a device: a rank's unfinished
+records are a queue of device work, not the place its thread waits (gloo's calls
+block the thread that made them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DumpKind:
+    """What one dump is, as far as its content tells (nothing in a dump says it)."""
+
+    backend: str
+    """``nccl``, ``gloo``... from the records' names and the library version; ``""``
+    when nothing tells."""
+    active_only: bool | None
+    """Only unfinished entries were kept (``onlyActive``, ``TORCH_INCLUDE_ONLY_ACTIVE=1``,
+    an NVRx-style collector); ``None``: no evidence either way."""
+    timing: bool | None
+    """The device's start events were recorded (``TORCH_NCCL_ENABLE_TIMING``): a
+    started entry is running, a scheduled one still queued; ``None``: unknown."""
+    stacks: bool | None
+    """The entries carry Python stacks; ``None``: not looked at."""
+
+    @property
+    def device(self) -> bool:
+        """Calls return at once and run on a device queue (NCCL and the like)."""
+        return self.backend in DEVICE_BACKENDS
+
+    def text(self) -> str:
+        """``nccl, active entries only, timing off, no stacks``."""
+        parts = [self.backend or "backend unknown"]
+        if self.device or self.active_only:
+            parts.append({True: "active entries only", False: "every entry",
+                          None: "full or active-only unknown"}[self.active_only])
+        if self.device:
+            parts.append({True: "timing on", False: "timing off",
+                          None: "timing unknown"}[self.timing])
+        if self.stacks is not None:
+            parts.append("stacks" if self.stacks else "no stacks")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +218,13 @@ class P2POp:
     ordinal: int | None = None
     """Its place among the rank's ops of the same channel (group, op, peer), counted from
     the job's start: progress records carry it (they hold a few records only)."""
+    batch: bool = False
+    """One op of a coalesced batch (``batch_isend_irecv`` on NCCL): its own entry has no
+    events and never completes; its status is the batch's (``RankDump.batches``)."""
+    settled: bool = True
+    """Its state is known. False for an active-only dump's lone send/recv entry that may
+    be a finished batch of one (whose closing entry was dropped, while its own entry,
+    which never finishes, stayed) or an op of its own still unfinished."""
 
 
 @dataclass(slots=True)
@@ -273,6 +322,22 @@ class RankDump:
     """What the folds of :attr:`prints` hold, by the index each fold names."""
     print_bits: int = 64
     """How many low bits of each fingerprint the dump keeps (a progress record: 32)."""
+    kind: DumpKind | None = None
+    """What the dump is: backend, full or active-only, timing (:mod:`.read.kind`)."""
+    batches: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    """(group, p2p seq) -> (status, entry index) of each coalesced batch's closing entry
+    (``nccl:coalesced``), which owns the batch's events."""
+    lib_version: str | None = None
+    """The communication library's version (``comm_lib_version``/``nccl_version``)."""
+    ids_contiguous: bool = True
+    """The records' ``record_id``s follow each other (a full dump); gaps mean entries
+    were filtered out (an active-only dump)."""
+    started_seen: bool = False
+    """Some record carries a discovered start time (timing on, for device backends)."""
+    done_seen: bool = False
+    """Some record finished (completed or retired)."""
+    active_hint: bool | None = None
+    """What the records' ids say of an active-only dump (:func:`.read.kind.looks_active_only`)."""
 
 
 @dataclass(frozen=True, slots=True)

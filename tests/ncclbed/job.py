@@ -9,8 +9,9 @@ hung job's flight-recorder dumps:
    ``fn(rank, world)``. When ``fn`` returns, the host syncs its device, as a script's
    last ``.item()`` does; when it raises (a sticky CUDA error at a sync, say), the host
    tells its device, which raises the job's dump signal, as a fault-tolerance wrapper
-   (NVRx's in-process restart) collects every rank's trace when one rank fails. Either
-   way the host then stays (its device must live to dump) and notes how it ended.
+   (NVRx's in-process restart) collects every rank's trace when one rank fails (unless
+   ``dump_on_error`` is off: then only a watchdog's timeout does). Either way the host
+   then stays (its device must live to dump) and notes how it ended.
 2. watch: once any device raised the dump signal (its watchdog saw a timeout, its host
    failed, or ``fn`` asked for dumps), wait until every rank's dumps are written (or
    ``settle_s`` passed), then kill every process. A job that ends with no signal is
@@ -66,7 +67,8 @@ def _subreaper() -> None:
 
 
 def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path,
-               dump_dir: Path, timeout_s: float, buffer_size: int, timing: bool) -> None:
+               dump_dir: Path, timeout_s: float, buffer_size: int, timing: bool,
+               report: bool) -> None:
     os.setpgid(0, 0)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's renamed functions
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % 8),
@@ -84,10 +86,11 @@ def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path
     except BaseException as exc:  # a rank's failure is data here
         status = f"error: {type(exc).__name__}: {exc}"
         traceback.print_exc()
-        try:
-            backend.report_exception(status)
-        except Exception:
-            pass
+        if report:
+            try:
+                backend.report_exception(status)
+            except Exception:
+                pass
     (work / f"ended_{rank}").write_text(status)
     while True:  # the device must live on to dump; the launcher ends us
         time.sleep(3600)
@@ -95,9 +98,12 @@ def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path
 
 def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
             timeout_s: float = 5.0, buffer_size: int = 2000, timing: bool = False,
-            limit_s: float = 180.0, settle_s: float = 20.0) -> JobResult:
+            limit_s: float = 180.0, settle_s: float = 20.0,
+            dump_on_error: bool = True) -> JobResult:
     """Run ``fn(rank, world)`` on ``world`` bed ranks; dumps land in ``dump_dir`` (see
-    module doc)."""
+    module doc). ``dump_on_error=False``: a rank that raises does not raise the dump
+    signal (it stays, as a wrapper that caught the error would); the dumps come from a
+    watchdog's timeout (several faults can then all happen first)."""
     _subreaper()
     dump_dir.mkdir(parents=True, exist_ok=True)
     result = JobResult()
@@ -112,7 +118,7 @@ def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
             if pid == 0:
                 try:
                     _host_main(rank, world, fn, work, dump_dir, timeout_s, buffer_size,
-                               timing)
+                               timing, dump_on_error)
                 finally:
                     os._exit(1)
             pids[rank] = pid

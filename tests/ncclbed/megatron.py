@@ -201,15 +201,16 @@ def _communicate(c: _Ctx, send_next: bool, send_prev: bool, recv_prev: bool,
     me = stages.index(c.rank)
     prev = stages[me - 1] if me > 0 else None
     nxt = stages[me + 1] if me + 1 < len(stages) else None
-    ops = []
-    if send_prev and prev is not None:
-        ops.append(("send", prev))
-    if recv_prev and prev is not None:
-        ops.append(("recv", prev))
-    if send_next and nxt is not None:
-        ops.append(("send", nxt))
-    if recv_next and nxt is not None:
-        ops.append(("recv", nxt))
+    wanted = {("send", "prev"): send_prev, ("recv", "prev"): recv_prev,
+              ("send", "next"): send_next, ("recv", "next"): recv_next}
+    peers = {"prev": prev, "next": nxt}
+    # Megatron's order: one batch in any order; one op at a time (_p2p_ops), even stages
+    # send first and odd ones receive first, so two neighbours never both send first
+    order = [("send", "next"), ("recv", "prev"), ("send", "prev"), ("recv", "next")] \
+        if me % 2 == 0 else [("recv", "prev"), ("send", "next"), ("recv", "next"),
+                             ("send", "prev")]
+    ops = [(kind, peers[side]) for kind, side in order
+           if wanted[(kind, side)] and peers[side] is not None]
     ops = [op for op in ops if not c.hooks.at(f"p2p:{what}:{op[0]}", c.rank, c.step, op[1])]
     if not ops:
         return

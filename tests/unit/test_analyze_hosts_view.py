@@ -82,7 +82,8 @@ def test_two_hosts_text_report_names_hosts_and_tells_the_job_by_host(tmp_path):
     write_hosts_job(_missing_rank_job(4, 3), tmp_path, blocks(2))
     a = analyze(tmp_path)
     text = format_report(a)
-    assert "Rank 3 (hostB, pid 4003) never joined all_reduce #2" in text
+    assert "Rank 3 (hostB, pid 4003)'s thread stopped issuing: it never issued all_reduce " \
+           "#2" in text
     assert "by host:\n  hostB: rank 3 is in no collective; rank 2 waits in all_reduce #2 of " \
            "group 0\n  hostA: both ranks wait in all_reduce #2 of group 0\n" in text
     assert "#2: 0-2 wait; 3 (hostB, pid 4003) never came" in text

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from commscope.analyze.align.progress import RankProgress
 from commscope.analyze.model import (
     COMPLETED,
     GAP,
@@ -305,7 +306,8 @@ def _compare_segment(view: GroupView, tracks: dict[int, Track], ranks: list[int]
         view.mismatches.append(_mismatch(a + pos, by_key, tracks))
 
 
-def align_group(group: Group, load: LoadResult) -> GroupView:
+def align_group(group: Group, load: LoadResult,
+                progress: dict[int, RankProgress] | None = None) -> GroupView:
     """Line up one group's collectives across its members (see module doc)."""
     tracks: dict[int, Track] = {}
     spans: dict[int, tuple[int, int]] = {}
@@ -317,9 +319,12 @@ def align_group(group: Group, load: LoadResult) -> GroupView:
             nodump.append(r)
             continue
         t = d.tracks.get(group.key)
+        issued = _issued(progress, r, group.key)
         if t is not None and len(t):
             tracks[r] = t
-            spans[r] = (t.lo, t.hi)
+            spans[r] = (t.lo, max(t.hi, issued))
+        elif issued:
+            spans[r] = (issued + 1, issued)  # issued that far; nothing unfinished kept
         elif d.wrapped:
             unknown.append(r)
         else:
@@ -340,6 +345,14 @@ def align_group(group: Group, load: LoadResult) -> GroupView:
     return view
 
 
+def _issued(progress: dict[int, RankProgress] | None, rank: int, group: str) -> int:
+    """How far ``rank``'s thread issued ``group``'s collectives, where the progress model
+    knows more than the records (a device backend's ``pg_status``); else 0."""
+    if progress is None or rank not in progress or not progress[rank].device:
+        return 0
+    return progress[rank].issued(group)
+
+
 def _p2p_groups(d: RankDump) -> set[str]:
     return {op.group for op in d.p2p}
 
@@ -355,18 +368,22 @@ def _frontier(view: GroupView, tracks: dict[int, Track]) -> Frontier | None:
     lack = sorted(r for r, (_, hi) in view.spans.items() if hi < seq)
     waiting, completed_by = [], []
     for r in have:
-        t = tracks[r]
+        t = tracks.get(r)
+        if t is None:
+            continue  # issued it (pg_status) and kept no unfinished record of it: done
         start = max(seq, t.lo) - t.lo
         if any(not s & DONE for s in t.status[start:]):
             waiting.append(r)
-        if t.lo <= seq and t.status[seq - t.lo] & COMPLETED:
+        if t.lo <= seq <= t.hi and t.status[seq - t.lo] & COMPLETED:
             completed_by.append(r)
     return Frontier(seq=seq, have=have, lack=lack, waiting=waiting, completed_by=completed_by)
 
 
-def align_all(load: LoadResult, groups: dict[str, Group]) -> dict[str, GroupView]:
-    """:func:`align_group` for every group."""
-    return {key: align_group(g, load) for key, g in groups.items()}
+def align_all(load: LoadResult, groups: dict[str, Group],
+              progress: dict[int, RankProgress] | None = None) -> dict[str, GroupView]:
+    """:func:`align_group` for every group (``progress``: how far each rank issued, where
+    its records alone do not show it)."""
+    return {key: align_group(g, load, progress) for key, g in groups.items()}
 
 
 # ------------------------------------------------------------------------- p2p

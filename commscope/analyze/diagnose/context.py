@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from commscope.analyze.align.arrivals import Arrivals
 from commscope.analyze.align.match import GroupView, P2PIssue
+from commscope.analyze.align.progress import RankProgress
 from commscope.analyze.model import GAP, Group, HostMap, LoadResult, Sig
 from commscope.analyze.read.frame_source import FrameSource
 from commscope.analyze.read.places import Frame
@@ -33,6 +34,16 @@ class Context:
     worked out once for the whole analysis."""
     away: dict[str, list[int]] = field(default_factory=dict)
     """Host → its ranks whose dumps are on that host, not here (never crashed for it)."""
+    progress: dict[int, RankProgress] = field(default_factory=dict)
+    """Rank → how far it issued and finished, and its unfinished work in order
+    (:mod:`commscope.analyze.align.progress`)."""
+
+    @property
+    def device(self) -> bool:
+        """The job's dumps are of a device backend (NCCL and the like): calls returned at
+        once, unfinished records are device queues (:mod:`.queues`), not waits."""
+        kinds = [d.kind for d in self.load.dumps.values() if d.kind is not None]
+        return bool(kinds) and sum(k.device for k in kinds) * 2 > len(kinds)
 
     def sig(self, rank: int, group: str, seq: int) -> Sig | None:
         """The signature of ``rank``'s collective ``seq`` in ``group``."""

@@ -50,6 +50,10 @@ class Wait:
     seq: int | None
     """Collective sequence number; ``None`` for a p2p wait."""
     op: str
+    why: str = "lack"
+    """``lack``: the target never issued it (or never reached it, gloo); ``behind``: the
+    target issued it but its device has not reached it (queued behind its own oldest
+    unfinished op, device backends); ``nodump``: the target left no dump."""
 
 
 class WaitGraph:

@@ -41,6 +41,7 @@ from commscope.analyze.model import (
     SigTable,
     Track,
 )
+from commscope.analyze.read.kind import detect_kind, looks_active_only
 from commscope.analyze.read.places import blocked_call, split_at_handler, user_place
 from commscope.analyze.read.prints import read_prints
 from commscope.analyze.read.records import (
@@ -60,6 +61,7 @@ from commscope.analyze.read.records import (
     R_RETIRED,
     R_SEQ,
     R_STATE,
+    R_TSTART,
     STATE_BITS,
     record_columns,
     short,
@@ -256,6 +258,11 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
     if dump.world_size is not None and not 1 <= dump.world_size <= MAX_WORLD_SIZE:
         problems.append(f"world_size is {dump.world_size}, expected 1-{MAX_WORLD_SIZE}; ignored")
         dump.world_size = None
+    for key in ("comm_lib_version", "nccl_version"):
+        version = data.get(key)
+        if type(version) is str and version:
+            dump.lib_version = version[:40]
+            break
     _threads_and_exception(data, dump)
     _job(data, dump)
     _thread_deaths(data, dump)
@@ -378,6 +385,9 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
     if kept is not None:
         _renumber(dump, kept)
     _align_clock(data, dump, problems)
+    dump.kind = detect_kind(dump, data)
+    if dump.kind.active_only:
+        dump.wrapped = False  # its first record_id is its oldest unfinished entry's
     dump.problems = problems
     return dump
 
@@ -503,6 +513,12 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
         is_p2p = [a or sig_p2p[s] for a, s in zip(cols[R_ISP2P], sid)]
     last_name = sigs[sid[-1]].profiling_name
     dump.backend = last_name.partition(":")[0] if ":" in last_name else ""
+    records = cols[R_RECORD]
+    dump.done_seen = any(b & _DONE for b in status)
+    dump.started_seen = any(cols[R_TSTART])
+    dump.ids_contiguous = records[-1] - records[0] == n - 1
+    dump.active_hint = looks_active_only(records, [bool(b & _DONE) for b in status],
+                                         len(dump.pg_status))
     buckets: dict[str, list[int]] = {}
     if is_p2p is None and len(pg_set) == 1:
         dump.tracks[names[0]] = _track(None, cols, sid, status, dump, problems)
@@ -514,6 +530,7 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     for name, idx in buckets.items():
         dump.tracks[name] = _track(idx, cols, sid, status, dump, problems)
     if is_p2p is not None:
+        members, unsettled = _batches(dump, cols, names, sid, sigs, is_p2p, status)
         for i in compress(range(n), is_p2p):
             sig = sigs[sid[i]]
             parsed = _p2p_parts(sig)
@@ -524,7 +541,8 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
                 group=names[i], p2p_seq=cols[R_P2PSEQ][i], op=sig.op,
                 peer=peer if type(peer) is int and peer >= 0 else None,
                 local_src=parsed[0], local_dst=parsed[1], sig=sid[i], status=status[i],
-                created=cols[R_CREATED][i], index=i,
+                created=cols[R_CREATED][i], index=i, batch=i in members,
+                settled=i not in unsettled,
             ))
     seqs = cols[R_SEQ]
     if len(entries) == n and any(s.op == ALL_TO_ALL for s in sigs):
@@ -538,6 +556,68 @@ def _build(dump: RankDump, cols: list[Any], problems: list[str], entries: list[A
     dump.first_created_ns = cols[R_CREATED][0]
     dump.last_created_ns = max(cols[R_CREATED])
     dump.wrapped = cols[R_RECORD][0] > 0
+
+
+def _batches(dump: RankDump, cols: list[Any], names: list[str], sid: list[int],
+             sigs: list[Sig], is_p2p: list[bool], status: list[int]
+             ) -> tuple[set[int], set[int]]:
+    """Coalesced batches of send/recv (``batch_isend_irecv`` on NCCL): each op has an
+    entry of its own that never completes (it has no events), and the batch's closing
+    entry (``nccl:coalesced``, same group and ``p2p_seq_id``) owns the batch's events.
+    Each op's status becomes its batch's (``status`` is changed in place); in an
+    active-only dump a batch whose closing entry is gone finished (it was dropped as
+    finished, while its ops' entries, which never finish, stayed). Fills
+    ``dump.batches``; returns the positions of the batches' ops, and those of lone
+    entries of an active-only dump whose state cannot be told (:func:`_lone_done`)."""
+    p2p_seq = cols[R_P2PSEQ]
+    closing: dict[tuple[str, int], int] = {}
+    ops: dict[tuple[str, int], list[int]] = {}
+    for i in compress(range(len(sid)), is_p2p):
+        key = (names[i], p2p_seq[i])
+        if sigs[sid[i]].op in _P2P_OPS:
+            ops.setdefault(key, []).append(i)
+        elif "coalesced" in sigs[sid[i]].profiling_name:
+            closing[key] = i
+    members: set[int] = set()
+    unsettled: set[int] = set()
+    dropped_as_done = bool(dump.active_hint) and dump.backend != "gloo"
+    records = cols[R_RECORD]
+    kept = set(records) if dropped_as_done else set()
+    for key, positions in ops.items():
+        end = closing.get(key)
+        if end is not None or len(positions) > 1:
+            members.update(positions)
+        if end is not None:
+            for i in positions:
+                status[i] = status[end]
+        elif dropped_as_done and (len(positions) > 1 or _lone_done(
+                dump, cols, names, key, records[positions[-1]], kept)):
+            for i in positions:
+                status[i] |= _DONE
+        elif dropped_as_done and not status[positions[0]] & _DONE:
+            unsettled.update(positions)
+    for key, end in closing.items():
+        dump.batches[key] = (status[end], end)
+    return members, unsettled
+
+
+def _lone_done(dump: RankDump, cols: list[Any], names: list[str], key: tuple[str, int],
+               record_id: int, kept: set[int]) -> bool:
+    """Whether a lone send/recv entry of an active-only dump (a batch of one whose closing
+    entry is gone, or an op of its own) finished. A launched batch's closing entry is
+    dropped only once it finished; an op of its own is dropped then too. So it finished
+    when the record right after it was dropped while a later one was kept (work on one
+    device stream finishes in order), or when its group's ``pg_status`` row says so (in
+    a group that ran no collective across the records kept, every send/recv there
+    carrying the same collective count, the row counts p2p work)."""
+    if record_id + 1 not in kept and record_id < cols[R_RECORD][-1]:
+        return True
+    name, seq = key
+    row = dump.pg_status.get(dump.group_pg_id.get(name, -1))
+    if row is None or name in dump.tracks:
+        return False
+    carried = {cols[R_SEQ][i] for i, g in enumerate(names) if g == name}
+    return len(carried) == 1 and row[2] >= seq
 
 
 def _split_list(value: Any) -> tuple[int, ...] | None:
