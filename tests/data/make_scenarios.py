@@ -1081,6 +1081,45 @@ def a2a_splits_ep_mesh(rank: int, world: int) -> None:
     hang()
 
 
+def a2a_splits_kill_receiver_sync(rank: int, world: int) -> None:
+    """Each step a mixture-of-experts exchange, then the loss all_reduce: at step 3 rank 2
+    routes with stale counts (two rows to expert 0, one to each other; every rank
+    expects one row from each): gloo aborts rank 0, which receives more than it
+    posted. The survivors' own splits agree pair by pair and they stop in different
+    collectives: the ranks whose exchange had gone through wait in the all_reduce, the
+    others in the all_to_all."""
+    for _ in range(2):
+        _moe_exchange(rank, world, [1] * world)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    for step in range(2, 4):
+        _moe_exchange(rank, world, [2, 1, 1, 1] if rank == 2 and step == 2 else [1] * world)
+        dist.all_reduce(torch.ones(4))  # the step's loss
+    hang()
+
+
+def _moe_layer(rank: int, world: int, splits: list[int]) -> None:
+    """A mixture-of-experts layer: dispatch (``splits[j]`` tokens to expert ``j``, one
+    expected from every rank), then combine (the experts' outputs back the same way)."""
+    n = len(splits)
+    got = torch.empty(n, 8)
+    dist.all_to_all_single(got, torch.ones(sum(splits), 8), [1] * n, splits)  # dispatch
+    back = torch.empty(sum(splits), 8)
+    dist.all_to_all_single(back, got * 2, splits, [1] * n)  # combine
+
+
+def a2a_splits_kill_two_receivers(rank: int, world: int) -> None:
+    """Six ranks, a MoE layer of two all_to_alls (dispatch, combine) per step: at step 3
+    rank 2 dispatches with stale counts, two rows each to experts 0 and 5: gloo aborts
+    both receivers. The four survivors' splits agree pair by pair; those whose dispatch
+    went through wait in the combine all_to_all, the others in the dispatch."""
+    for _ in range(2):
+        _moe_layer(rank, world, [1] * world)
+    time.sleep(0.5)  # every rank publishes its progress (0.2 s) before the fault
+    for _ in range(2):
+        _moe_layer(rank, world, [2, 1, 1, 1, 1, 2] if rank == 2 else [1] * world)
+    hang()
+
+
 # ---- on-demand dumps of running jobs (issue 32 item 3)
 
 
@@ -1638,6 +1677,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                     says=["rank 2 sends rank 3 0 row(s), rank 3 expects 1"]),
              # torchrun stops the survivors at once: their last published records (0.2 s
              # apart) predate the call, so a watcher sees only rank 0 die; the dumps decide
+             live=False),
+    # ---- issue 37 item 3: the receivers gloo aborts leave no splits, the survivors
+    # stop in different collectives
+    Scenario("a2a_splits_kill_receiver_sync", 4, a2a_splits_kill_receiver_sync,
+             Expect("crash", "split_mismatch", [2], victims=[0], seq=3,
+                    says=["rank 2 sends rank 0, which gloo aborted, 2 row(s)"]),
+             live=False),  # as a2a_splits_kill_receiver: the records predate the call
+    Scenario("a2a_splits_kill_two_receivers", 6, a2a_splits_kill_two_receivers,
+             # rank 5 may be stopped by torchrun before its message comes: not asserted
+             Expect("crash", "split_mismatch", [2], seq=5,
+                    says=["rank 2 sends rank 0, which gloo aborted, 2 row(s)"]),
              live=False),
     # ---- on-demand dumps of running jobs (issue 32 item 3)
     Scenario("on_demand_request_running", 4, on_demand_request_running,

@@ -328,8 +328,9 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
     the survivors had finished that call and gone on before they dumped (their newest
     records of the group are searched for it):
 
-    * the survivors disagree about the call (a mismatch finding is already there): its
-      culprits stand and the dead ranks are its victims;
+    * the survivors disagree about the call (a mismatch finding is already there, also
+      one they came through: they wait for the dead now): its culprits stand and the
+      dead ranks are its victims;
     * at least two survivors agree on the call and they outnumber the dead: the dead
       rank(s) are the only ones that can have disagreed, so they are the culprits (their
       own sizes died with them);
@@ -361,7 +362,9 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
     sizes = sig.sizes_text() if sig else "its sizes"
     logs = ", ".join(os.path.basename(ctx.load.fatal[q].path) for q in dead)
     gloo = "gloo aborts a rank that receives a message of another size than it posted"
-    known = next((f for f in out if f.blocking and f.group is not None
+    # a disagreement about that very call, also one the survivors came through (their
+    # records finished it and went on: the dead are why they wait now)
+    known = next((f for f in out if f.group is not None
                   and f.group.key == group and f.collective_seq_id == seq
                   and f.kind in MISMATCH_KINDS), None)
     if known is not None:
@@ -369,7 +372,9 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
                 f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
                 "mismatch in that call, not its cause; "
                 f"{'its own sizes died with it' if len(dead) == 1 else _DIED} ({logs}).")
-        known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead))
+        known.waiting_ranks = sorted(set(known.waiting_ranks) | set(dead)
+                                     | (reaching(set(dead), graph) - set(known.culprit_ranks)))
+        known.blocking = True
         known.victims = sorted(set(known.victims) | set(dead))
         known.message += " " + died[0].upper() + died[1:]
         known.details["killed"] = True
