@@ -64,6 +64,9 @@ class DumpKind:
     backend: str
     """``nccl``, ``gloo``... from the records' names and the library version; ``""``
     when nothing tells."""
+    device: bool
+    """Calls return at once and run on a device queue (NCCL and the like: one of
+    :data:`DEVICE_BACKENDS`, or a backend the dump itself names as one)."""
     active_only: bool | None
     """Only unfinished entries were kept (``onlyActive``, ``TORCH_INCLUDE_ONLY_ACTIVE=1``,
     an NVRx-style collector); ``None``: no evidence either way."""
@@ -72,11 +75,6 @@ class DumpKind:
     started entry is running, a scheduled one still queued; ``None``: unknown."""
     stacks: bool | None
     """The entries carry Python stacks; ``None``: not looked at."""
-
-    @property
-    def device(self) -> bool:
-        """Calls return at once and run on a device queue (NCCL and the like)."""
-        return self.backend in DEVICE_BACKENDS
 
     def text(self) -> str:
         """``nccl, active entries only, timing off, no stacks``."""

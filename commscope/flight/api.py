@@ -166,6 +166,7 @@ def enable(
         dog = Watchdog(rec, dumper)
         _state.recorder, _state.dumper, _state.watchdog = rec, dumper, dog
         _install.install()
+        _install.on_abort(lambda: dog.dump_before_abort())
         SLOT.rec = rec
         global _fork_hook_installed, _exit_hook_installed
         if not _fork_hook_installed:

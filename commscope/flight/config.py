@@ -11,7 +11,8 @@ setting                                   environment (first one set wins)
                                           ``TORCH_NCCL_TRACE_BUFFER_SIZE``
 ``dump_prefix``                           ``TORCH_FR_DUMP_TEMP_FILE``,
 (default ``./commscope_traces/rank_``)    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``
-``timeout_s`` (default: the group's)      ``COMMSCOPE_FR_TIMEOUT_S``
+``timeout_s`` (default: the group's;      ``COMMSCOPE_FR_TIMEOUT_S``
+80 % of it on a device backend)
 ``timing`` (default off)                  ``TORCH_NCCL_ENABLE_TIMING``
 ``dump_on_timeout`` (default on)          ``TORCH_NCCL_DUMP_ON_TIMEOUT``
 ``dump_format`` (default ``pickle``)      ``COMMSCOPE_FR_DUMP_FORMAT`` (``pickle``/``json``)
@@ -48,7 +49,8 @@ class FlightConfig:
     dump_prefix: str = DEFAULT_DUMP_PREFIX
     """Dump files are ``<dump_prefix><global rank>`` (plus ``.json`` / ``.gz``)."""
     timeout_s: float | None = None
-    """A collective pending this long triggers a dump; ``None``: the group's timeout."""
+    """A collective pending this long triggers a dump; ``None``: the group's timeout
+    (on a device backend 80 % of it: PyTorch's NCCL watchdog may abort at the timeout)."""
     timing: bool = False
     """Fill ``duration_ms`` of completed entries."""
     dump_on_timeout: bool = True

@@ -149,6 +149,7 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
         quiet = beat.quiet_s if beat else 0.0
         pending = _unfinished(rec) + _creating(rec)
         oldest = min(pending, key=lambda e: e.get("time_created_ns") or 0) if pending else None
+        since = _head_since(rec, oldest)
         main = (rec.get("commscope_threads") or [{}])[0]
         place = user_place(main.get("frames")) if isinstance(main, dict) else None
         host, pid = rec.get("hostname"), rec.get("pid")
@@ -165,12 +166,27 @@ def _rank_rows(dumps: dict[int, dict[str, Any]], fetched: Fetched, now_ns: int,
             "oldest_unfinished": None if oldest is None else {
                 "op": _op_text(oldest),
                 "group": str((oldest.get("process_group") or ["?"])[0]),
-                "age_s": round((now_ns - ((oldest.get("time_created_ns") or now_ns + off)
-                                          - off)) / 1e9, 2),
+                "age_s": round((now_ns - ((since or now_ns + off) - off)) / 1e9, 2),
                 "where": _where(oldest),
             },
         })
     return rows
+
+
+def _head_since(rec: dict[str, Any], oldest: dict[str, Any] | None) -> int | None:
+    """Since when ``rec``'s oldest unfinished op holds the rank up (its own clock): on
+    gloo, since it was issued (the thread waits in it); on a device backend (NCCL),
+    whose queue runs behind its thread, since the device last finished anything, if
+    that came later (its frontier moves: work queued behind a running op is no stall)."""
+    if oldest is None:
+        return None
+    created = oldest.get("time_created_ns") or None
+    done = rec.get("commscope_device_done_ns")
+    name = str(oldest.get("profiling_name") or "")
+    device = rec.get("commscope_device_backends")
+    if type(done) is int and isinstance(device, list) and name.partition(":")[0] in device:
+        return max(created or 0, done) or None
+    return created
 
 
 def _group_rows(fetched: Fetched) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.futures import Future
 
-from tests.ncclbed.device import DeviceConfig, run_device
+from tests.ncclbed.device import DeviceConfig, Events, run_device
 from tests.ncclbed.recorder import Work
 
 __all__ = ["BACKEND", "BedGroup", "BedWork", "start", "synchronize", "compute",
@@ -57,7 +57,9 @@ _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: 
 class _Host:
     """This process's link to its device and the counters shared by its groups."""
 
-    def __init__(self, conn: Connection, probe: Connection, pid: int, timeout_ms: int) -> None:
+    def __init__(self, conn: Connection, probe: Connection, pid: int, timeout_ms: int,
+                 events: Events) -> None:
+        self.events = events
         self.conn = conn
         self.probe = probe
         self.device_pid = pid
@@ -104,6 +106,7 @@ def start(rank: int, world: int, store_path: str, dump_dir: str, *, timeout_s: f
     global _HOST
     here, there = Pipe(duplex=True)
     probe_here, probe_there = Pipe(duplex=True)
+    events = Events.make()
     cfg = DeviceConfig(rank=rank, world=world, store_path=store_path, dump_dir=dump_dir,
                        buffer_size=buffer_size, timing=timing)
     pid = os.fork()
@@ -111,12 +114,12 @@ def start(rank: int, world: int, store_path: str, dump_dir: str, *, timeout_s: f
         here.close()
         probe_here.close()
         try:
-            run_device(cfg, there, probe_there)
+            run_device(cfg, there, probe_there, events)
         finally:
             os._exit(0)
     there.close()
     probe_there.close()
-    _HOST = _Host(here, probe_here, pid, int(timeout_s * 1000))
+    _HOST = _Host(here, probe_here, pid, int(timeout_s * 1000), events)
     threading.Thread(target=_answer_probes, args=(probe_here,), name="gil-probe",
                      daemon=True).start()
     if BACKEND.upper() not in dist.Backend._plugins:
@@ -146,8 +149,10 @@ def _create(opts: Any, _backend_options: Any) -> BedGroup:
     pg_id = host.next_pg_id
     host.next_pg_id += 1
     name = str(opts.group_id)
-    host.request(("group", pg_id, name, ranks, opts.group_rank, host.timeout_ms), "ok")
-    return BedGroup(host, pg_id, name, sorted(ranks), opts.group_rank)
+    timeout = opts.timeout
+    timeout_ms = int(timeout.total_seconds() * 1000) if timeout else host.timeout_ms
+    host.request(("group", pg_id, name, ranks, opts.group_rank, timeout_ms), "ok")
+    return BedGroup(host, pg_id, name, sorted(ranks), opts.group_rank, timeout_ms)
 
 
 # --------------------------------------------------------------------------- works
@@ -160,6 +165,7 @@ class BedWork(dist.Work):
         super().__init__()
         self._host = host
         self._record_id = record_id
+        """The work whose events tell this one's completion (a batch's op: the batch's)."""
         self._future: Future[Any] = Future()
         self._future.set_result(result)
 
@@ -168,11 +174,13 @@ class BedWork(dist.Work):
         return True
 
     def is_completed(self) -> bool:
-        """Whether the device finished the op (raises its sticky error, if any)."""
-        done = self._host.request(("query", self._record_id), "done")[1]
-        if isinstance(done, str):
-            raise RuntimeError(done)
-        return bool(done)
+        """Whether the device finished the op, asked without waiting (a CUDA event
+        query); raises the device's sticky error once it has one."""
+        events = self._host.events
+        if events.broken.value:
+            raise RuntimeError("CUDA error: device-side assert triggered (the device's "
+                               "context is broken)")
+        return events.finished(self._record_id)
 
     def is_success(self) -> bool:
         """No error was seen."""
@@ -232,8 +240,9 @@ class BedGroup(dist.ProcessGroup):
     """One group of the bed (see module doc)."""
 
     def __init__(self, host: _Host, pg_id: int, name: str, ranks: list[int],
-                 group_rank: int) -> None:
+                 group_rank: int, timeout_ms: int) -> None:
         super().__init__(group_rank, len(ranks))
+        self._timeout_ms = timeout_ms
         self._host = host
         self._pg_id = pg_id
         self._name = name
@@ -243,6 +252,7 @@ class BedGroup(dist.ProcessGroup):
         self._p2p = 0
         self._op = 0
         self._batch: list[tuple[Work, tuple[Any, ...]]] | None = None
+        self._batch_works: list[BedWork] = []
 
     # ------------------------------------------------------------ identity
 
@@ -292,7 +302,7 @@ class BedGroup(dist.ProcessGroup):
             collective_seq_id=self._coll, p2p_seq_id=self._p2p, op_id=self._op,
             profiling_name=f"nccl:{op}", time_created_ns=time.time_ns(),
             input_sizes=in_sizes, input_dtypes=in_dtypes, output_sizes=out_sizes,
-            output_dtypes=out_dtypes, timeout_ms=host.timeout_ms, is_p2p=p2p,
+            output_dtypes=out_dtypes, timeout_ms=self._timeout_ms, is_p2p=p2p,
             frames=_frames(), thread_name=thread.name, thread_id=str(thread.ident),
             events=events, counter="p2p" if p2p else "collective",
         )
@@ -375,7 +385,9 @@ class BedGroup(dist.ProcessGroup):
             w = self._work(name, [t], [t], p2p=True, events=False)
             self._host.send("record", [w])
             self._batch.append((w, spec))
-            return BedWork(self._host, w.record_id)
+            work = BedWork(self._host, w.record_id)
+            self._batch_works.append(work)  # completes with the batch (its events)
+            return work
         w = self._work(name, [t], [t], p2p=True)
         return self._issue(w, spec)
 
@@ -383,6 +395,7 @@ class BedGroup(dist.ProcessGroup):
         """Start a coalesced batch: one ``p2p_seq_id`` for all of its ops."""
         self._p2p += 1
         self._batch = []
+        self._batch_works = []
 
     def end_batch(self) -> BedWork:
         """Close the batch with its ``nccl:coalesced`` entry, which owns its events."""
@@ -390,6 +403,8 @@ class BedGroup(dist.ProcessGroup):
         # the closing entry shares the batch's p2p_seq_id and takes no op id of its own
         w = self._work("coalesced", [], [], p2p=True, new_op=False)
         self._batch = None
+        for work in self._batch_works:
+            work._record_id = w.record_id
         return self._issue(w, ("batch", self._pg_id, [spec for _, spec in parts]))
 
 

@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from tests.ncclbed.recorder import WATCHDOG_POLL_S, FlightRecorder, Work, nvrx_json, pickle_bytes
 
-__all__ = ["DeviceConfig", "run_device", "VARIANTS", "SIGNAL_KEY", "dump_path"]
+__all__ = ["DeviceConfig", "Events", "run_device", "VARIANTS", "SIGNAL_KEY", "dump_path"]
 
 SIGNAL_KEY = "bed/dump_signal"
 """Store key the first rank (or the launcher) to see a fault sets: every device dumps."""
@@ -82,8 +82,31 @@ def dump_path(dump_dir: str, variant: str, rank: int) -> str:
     return os.path.join(dump_dir, variant, name)
 
 
+@dataclass
+class Events:
+    """What the host may ask of the device without waiting (CUDA event queries):
+    ``done[rid % len(done)] > rid`` once work ``rid`` finished; ``broken`` once the
+    device's context broke (shared memory, written by the device only)."""
+
+    done: Any
+    broken: Any
+
+    @staticmethod
+    def make(slots: int = 65536) -> Events:
+        """Fresh shared arrays (made before the device is forked)."""
+        import multiprocessing
+
+        return Events(multiprocessing.RawArray("q", slots), multiprocessing.RawValue("b", 0))
+
+    def finished(self, rid: int) -> bool:
+        """Whether work ``rid`` finished (a query that never blocks)."""
+        return self.done[rid % len(self.done)] > rid
+
+
 class _Device:
-    def __init__(self, cfg: DeviceConfig, conn: Connection, probe: Connection) -> None:
+    def __init__(self, cfg: DeviceConfig, conn: Connection, probe: Connection,
+                 events: Events) -> None:
+        self.events = events
         self.cfg = cfg
         self.conn = conn
         self.probe = probe
@@ -178,9 +201,13 @@ class _Device:
                 except Exception:  # a peer's process died: an NCCL kernel hangs for good,
                     return  # until the watchdog's timeout (it follows the op still)
                 owner.end_event_ns = time.time_ns()
+                for w in works:
+                    slot = w.record_id % len(self.events.done)
+                    self.events.done[slot] = max(self.events.done[slot], w.record_id + 1)
 
     def break_context(self, what: str) -> None:
         self.error = f"CUDA error: {what}"
+        self.events.broken.value = 1
         with self.fr.lock:
             self.fr.broken = True
         self.reply("error", self.error)  # a host waiting in a sync learns it now
@@ -293,11 +320,11 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def run_device(cfg: DeviceConfig, conn: Connection, probe: Connection,
+def run_device(cfg: DeviceConfig, conn: Connection, probe: Connection, events: Events,
                on_exit: Callable[[], None] | None = None) -> None:
     """The device process's body: start its threads, then wait to be killed."""
     torch.set_num_threads(1)
-    dev = _Device(cfg, conn, probe)
+    dev = _Device(cfg, conn, probe, events)
     threads = [threading.Thread(target=f, name=n, daemon=True) for f, n in (
         (dev.receive, "receiver"), (dev.run_stream, "stream"), (dev.watchdog, "watchdog"),
         (dev.heartbeat, "heartbeat"))]

@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -68,13 +69,21 @@ def _subreaper() -> None:
 
 def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path,
                dump_dir: Path, timeout_s: float, buffer_size: int, timing: bool,
-               report: bool) -> None:
+               report: bool, record: bool) -> None:
     os.setpgid(0, 0)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's renamed functions
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % 8),
-                      LOCAL_WORLD_SIZE=str(min(world, 8)), OMP_NUM_THREADS="1")
+                      LOCAL_WORLD_SIZE=str(min(world, 8)), OMP_NUM_THREADS="1",
+                      BED_TIMEOUT_S=str(timeout_s))
     backend.start(rank, world, str(work / "devices.store"), str(dump_dir),
                   timeout_s=timeout_s, buffer_size=buffer_size, timing=timing)
+    if record:  # commscope's own recorder, as on a real NCCL job
+        from commscope.flight import enable
+        from commscope.flight.record.groups import DEVICE_BACKENDS_ENV
+
+        os.environ[DEVICE_BACKENDS_ENV] = backend.BACKEND
+        enable(dump_prefix=str(dump_dir / "ours" / "rank_"), buffer_size=buffer_size,
+               poll_interval_s=0.1, watch_interval_s=0.2, timing=timing)
     status = "done"
     try:
         dist.init_process_group(backend.BACKEND, store=dist.FileStore(str(work / "hosts.store"),
@@ -99,11 +108,17 @@ def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path
 def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
             timeout_s: float = 5.0, buffer_size: int = 2000, timing: bool = False,
             limit_s: float = 180.0, settle_s: float = 20.0,
-            dump_on_error: bool = True) -> JobResult:
+            dump_on_error: bool = True, record: bool = False,
+            live: Callable[[Path], None] | None = None,
+            observe: Callable[[Path, threading.Event], None] | None = None) -> JobResult:
     """Run ``fn(rank, world)`` on ``world`` bed ranks; dumps land in ``dump_dir`` (see
     module doc). ``dump_on_error=False``: a rank that raises does not raise the dump
     signal (it stays, as a wrapper that caught the error would); the dumps come from a
-    watchdog's timeout (several faults can then all happen first)."""
+    watchdog's timeout (several faults can then all happen first). ``record``: commscope's
+    recorder runs in every host too (its dumps in ``ours/``, its progress records in the
+    hosts' store); ``live(store_path)`` is called once the job stopped, before any
+    process is killed (to read what ``commscope watch`` would); ``observe(store_path,
+    ended)`` runs in a thread of this process for as long as the job does (a watcher)."""
     _subreaper()
     dump_dir.mkdir(parents=True, exist_ok=True)
     result = JobResult()
@@ -118,12 +133,18 @@ def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
             if pid == 0:
                 try:
                     _host_main(rank, world, fn, work, dump_dir, timeout_s, buffer_size,
-                               timing, dump_on_error)
+                               timing, dump_on_error, record)
                 finally:
                     os._exit(1)
             pids[rank] = pid
         store = dist.FileStore(str(work / "devices.store"), -1)
         signalled_at: float | None = None
+        ended = threading.Event()
+        watcher = None
+        if observe is not None:
+            watcher = threading.Thread(target=observe, args=(work / "hosts.store", ended),
+                                       name="observer", daemon=True)
+            watcher.start()
         try:
             while True:
                 time.sleep(0.1)
@@ -145,6 +166,14 @@ def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
                     result.timed_out = True
                     break
         finally:
+            ended.set()
+            if watcher is not None:
+                watcher.join(30)
+            if live is not None:
+                try:
+                    live(work / "hosts.store")
+                except Exception:
+                    traceback.print_exc()
             for pid in pids.values():
                 try:
                     os.killpg(pid, signal.SIGKILL)

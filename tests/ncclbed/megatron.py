@@ -25,8 +25,10 @@ The job is what an NCCL job of that kind issues, scaled down:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from itertools import product
 from typing import Any
 
@@ -124,11 +126,13 @@ class Groups:
 
 def make_groups(layout: Layout, rank: int) -> Groups:
     """Create every group on this rank, in Megatron's order (every rank creates every
-    group; a rank keeps the one of each kind it is a member of)."""
+    group; a rank keeps the one of each kind it is a member of), each with the job's
+    timeout, as Megatron passes ``--distributed-timeout-minutes`` to every group."""
     mine = Groups()
+    timeout = timedelta(seconds=float(os.environ.get("BED_TIMEOUT_S", "5")))
     for desc, groups in layout.groups():
         for ranks in groups:
-            pg = dist.new_group(ranks, group_desc=desc)
+            pg = dist.new_group(ranks, group_desc=desc, timeout=timeout)
             if rank in ranks:
                 mine.by_desc[desc] = pg
                 mine.ranks[desc] = ranks

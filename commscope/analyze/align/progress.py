@@ -51,7 +51,7 @@ from commscope.analyze.model import (
 )
 
 __all__ = ["GroupProgress", "Item", "RankProgress", "build_progress", "status_by_group",
-           "group_kinds"]
+           "group_kinds", "SEEN_MARGIN_NS"]
 
 _DONE = RETIRED | COMPLETED
 
@@ -91,6 +91,13 @@ class Item:
             other.seq == self.seq if self.seq is not None else other.index == self.index)
 
 
+SEEN_MARGIN_NS = 50_000_000
+"""How much earlier than a dump an event on another rank must be for the dump to be
+expected to show it: commscope's recorder polls every device work as it dumps, so only
+the clocks' alignment (rank 0's clock, to well under a millisecond on one host, a few on
+a network) and the dump's own time in flight lie between."""
+
+
 @dataclass(slots=True)
 class RankProgress:
     """Everything the model says of one rank."""
@@ -99,6 +106,50 @@ class RankProgress:
     kind: DumpKind
     groups: dict[str, GroupProgress] = field(default_factory=dict)
     queue: list[Item] = field(default_factory=list)
+    dump: RankDump | None = None
+    as_of: int | None = None
+    """When the dump was taken (commscope's say; on rank 0's clock), else ``None``:
+    PyTorch's dumps carry no time, so theirs are read as one instant."""
+
+    def sees(self, event_ns: int | None) -> bool:
+        """Whether this rank's dump was taken late enough to show something that
+        happened at ``event_ns`` on another rank (always, when either time is unknown)."""
+        if self.as_of is None or not event_ns:
+            return True
+        return event_ns <= self.as_of - SEEN_MARGIN_NS
+
+    def created(self, group: str, seq: int) -> int | None:
+        """When this rank issued collective ``seq`` of ``group`` (``None``: unknown)."""
+        d = self.dump
+        t = d.tracks.get(group) if d is not None else None
+        if t is None or not t.lo <= seq <= t.hi:
+            return None
+        value = t.created[seq - t.lo]
+        return value or None
+
+    def finished_at(self, group: str, seq: int) -> int | None:
+        """When this rank's record of collective ``seq`` of ``group`` finished, where the
+        dump kept the time (``None``: unknown)."""
+        d = self.dump
+        t = d.tracks.get(group) if d is not None else None
+        if d is None or d.ends is None or t is None or not t.lo <= seq <= t.hi:
+            return None
+        index = t.index[seq - t.lo]
+        return d.ends[index] or None if 0 <= index < len(d.ends) else None
+
+    def issued_by(self, group: str, when: int | None) -> int:
+        """How far this rank had issued ``group``'s collectives at ``when`` (everything it
+        issued, when ``when`` or its times are unknown)."""
+        issued = self.issued(group)
+        if when is None or self.dump is None:
+            return issued
+        t = self.dump.tracks.get(group)
+        if t is None or not len(t):
+            return issued
+        n = issued
+        while n >= t.lo and n <= t.hi and (t.created[n - t.lo] or 0) > when:
+            n -= 1
+        return n
 
     @property
     def device(self) -> bool:
@@ -215,11 +266,12 @@ def build_progress(load: LoadResult, groups: dict[str, Group]) -> dict[int, Rank
     kinds = group_kinds(load)
     out: dict[int, RankProgress] = {}
     for rank, d in load.dumps.items():
-        kind = d.kind or DumpKind(backend=d.backend, active_only=None, timing=None,
-                                  stacks=None)
-        device = kind.backend in DEVICE_BACKENDS
+        kind = d.kind or DumpKind(backend=d.backend, device=d.backend in DEVICE_BACKENDS,
+                                  active_only=None, timing=None, stacks=None)
+        device = kind.device
         rows = status_by_group(d) if device else {}
-        prog = RankProgress(rank=rank, kind=kind)
+        prog = RankProgress(rank=rank, kind=kind, dump=d,
+                            as_of=d.dump_time_ns if d.source == "commscope" else None)
         for name in set(d.tracks) | set(rows):
             t = d.tracks.get(name)
             g = GroupProgress()

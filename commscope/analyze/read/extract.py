@@ -31,6 +31,7 @@ from typing import Any
 
 from commscope.analyze.model import (
     COMPLETED,
+    DEVICE_BACKENDS,
     GAP,
     RETIRED,
     Creation,
@@ -284,6 +285,11 @@ def _top_level(data: dict[str, Any], dump: RankDump, problems: list[str]) -> Non
                 dump.config[name] = ranks
     elif config is not None:
         problems.append(f"pg_config is {short(config)}, expected a dict; ignored")
+    ids = data.get("commscope_pg_ids")  # ours: every group's pg_id, entries or not
+    if isinstance(ids, dict):
+        for name, pg_id in list(ids.items())[:100_000]:
+            if type(name) is str and type(pg_id) is int and pg_id >= 0:
+                dump.group_pg_id.setdefault(name, pg_id)
     status = data.get("pg_status")
     if isinstance(status, dict):
         for key, value in status.items():
@@ -380,7 +386,9 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         kept = [positions[k] for k in kept] if kept is not None else positions
         entries = file_entries
     problems += [f"{n} record(s): {text}" for text, n in sorted(counted.items())]
-    if end_times:
+    if end_times or (ours and _device_named(data, dump.backend)):
+        # commscope's device dumps carry their time: when each record finished is what
+        # tells a stopped device from a dump taken a moment before its peers'
         dump.ends = record_end_times(cols, entries, kept)
     if kept is not None:
         _renumber(dump, kept)
@@ -390,6 +398,12 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         dump.wrapped = False  # its first record_id is its oldest unfinished entry's
     dump.problems = problems
     return dump
+
+
+def _device_named(data: dict[str, Any], backend: str) -> bool:
+    """Whether ``backend`` is a device backend, by the dump's own word or the known ones."""
+    named = data.get("commscope_device_backends")
+    return backend in DEVICE_BACKENDS or (isinstance(named, list) and backend in named[:64])
 
 
 _CLOCK_NOISE_NS = 1_000_000

@@ -7,6 +7,9 @@ evidence). Algorithm (:func:`detect_kind`), from the strongest evidence to the w
 1. **Backend**: the prefix most of the records' names carry (``nccl:all_reduce``), else
    the library version (``comm_lib_version``, ``nccl_version`` before 2.10: an NCCL
    version means NCCL; gloo writes ``""``); ``""`` when neither tells (an empty dump).
+   It is a device backend (calls return at once) when it is one of
+   :data:`~commscope.analyze.model.DEVICE_BACKENDS` or the dump names it so
+   (commscope's dumps carry ``commscope_device_backends``).
 2. **Active-only** (device backends; gloo's filter keeps everything, commscope dumps say
    so themselves with ``commscope_only_active``): ``record_id`` gaps between kept
    records mean entries were dropped; contiguous ids from 0 mean a full dump; contiguous
@@ -62,7 +65,8 @@ def detect_kind(dump: RankDump, data: dict[str, Any]) -> DumpKind:
     """The :class:`~commscope.analyze.model.DumpKind` of one extracted dump (see module
     doc); ``data`` is the file's top level."""
     backend = dump.backend or backend_of((), dump.lib_version)
-    device = backend in DEVICE_BACKENDS
+    named = data.get("commscope_device_backends")
+    device = backend in DEVICE_BACKENDS or (isinstance(named, list) and backend in named[:64])
     said = data.get("commscope_only_active")
     if type(said) is bool:
         active: bool | None = said
@@ -78,4 +82,5 @@ def detect_kind(dump: RankDump, data: dict[str, Any]) -> DumpKind:
             timing = True
         elif dump.done_seen or any(v[2] >= 0 for v in dump.pg_status.values()):
             timing = False  # work finished and nothing ever showed a start event
-    return DumpKind(backend=backend, active_only=active, timing=timing, stacks=None)
+    return DumpKind(backend=backend, device=device, active_only=active, timing=timing,
+                    stacks=None)

@@ -28,6 +28,7 @@ from commscope.flight.out.handlers import handler_list, issued_in_handlers, sign
 from commscope.flight.out.threads import exception_record, thread_stacks
 from commscope.flight.record.agree.fingerprint import fields as fingerprint_fields
 from commscope.flight.record.entry import COMPLETED, entry_to_dict
+from commscope.flight.record.groups import device_backends
 from commscope.flight.record.recorder import Recorder
 
 __all__ = [
@@ -102,6 +103,9 @@ def build_dump(
         "pg_config": {g.name: g.config() for g in groups},
         "pg_status": {str(g.pg_id): g.status() for g in groups},
         "comm_lib_version": _comm_lib_version(rec),
+        "commscope_only_active": only_active,
+        "commscope_pg_ids": {g.name: g.pg_id for g in groups},
+        "commscope_device_backends": sorted(device_backends()),
         "entries": [],
     }
     if include_stack_traces:

@@ -280,6 +280,15 @@ def as_dump(record: dict[str, Any], config: dict[str, Any] | None) -> dict[str, 
     out.setdefault("version", "2.10")
     out["commscope_format"] = "commscope.flight/1"
     out["dump_reason"] = "watch"
+    ids, prog = record.get("commscope_pg_ids"), record.get("progress")
+    if isinstance(ids, dict) and isinstance(prog, dict) and "pg_status" not in out:
+        # how far each group got, keyed as a dump keys it (the record keeps few entries)
+        out["pg_status"] = {
+            str(ids[name]): {"last_enqueued_collective": item[1],
+                             "last_started_collective": -1,
+                             "last_completed_collective": item[2]}
+            for name, item in prog.items()
+            if type(ids.get(name)) is int and isinstance(item, list) and len(item) == 3}
     if config is not None:
         out["pg_config"] = config
     return out

@@ -39,6 +39,7 @@ from commscope.flight.out.threads import walk_stack
 from commscope.flight.record.agree.fingerprint import PUBLISHED
 from commscope.flight.record.agree.fingerprint import fields as fingerprint_fields
 from commscope.flight.record.entry import COMPLETED, frame_dicts
+from commscope.flight.record.groups import device_backends
 from commscope.flight.record.recorder import Recorder
 from commscope.flight.record.stack import trim_to_user
 
@@ -426,11 +427,14 @@ class Publisher:
             "interval_s": self.interval_s,
             "progress": {g.name: [g.desc, g.last_enqueued, g.last_completed]
                          for g in rec.groups},
+            "commscope_pg_ids": {g.name: g.pg_id for g in rec.groups},
             "entries": out_entries,
             "frame_table": table,
             "commscope_threads": [{"name": "MainThread", "main": True,
                                    "frames": walk_stack(frame, _MAIN_FRAMES)}],
             "commscope_step": _step["value"],
+            "commscope_device_backends": sorted(device_backends()),
+            "commscope_device_done_ns": rec.device_done_ns or None,
             "commscope_clock": rec.clock.to_dict() if rec.clock is not None else None,
             # the groups being created now (a member that never comes blocks them)
             "commscope_group_creations": [

@@ -6,8 +6,10 @@ The watchdog wakes every ``poll_interval_s`` (0.5 s by default) and
 2. looks for entries pending longer than the timeout (``enable(timeout_s=)``,
    ``COMMSCOPE_FR_TIMEOUT_S``, else the group's own timeout); on a new one it dumps
    (reason ``"timeout"``) and posts a dump request in the job's store;
-3. dumps after a collective ended with an error (a gloo timeout, a dead peer:
-   ``"collective error"``) and posts a dump request, as for a timeout;
+3. dumps after a collective ended with an error (a gloo timeout, a dead peer, a device
+   error NCCL reports: ``"collective error"``) and posts a dump request, as for a
+   timeout; and before a process group is aborted (``_abort_process_group``, what a
+   fault-tolerance wrapper calls on a failed job: ``"abort"``) while work is unfinished;
 4. reads the store: a request posted by any rank makes this rank dump too
    (``"request from rank R"``) — within one poll interval, so well under 2 s —
    unless it dumped in the last 5 s itself (two ranks timing out together). A request
@@ -232,6 +234,15 @@ class Watchdog:
             self.publisher.tick()
             if self.publisher.take_dump_request():
                 self._safe_dump("request from commscope dump")
+
+    def dump_before_abort(self) -> None:
+        """A process group is being aborted (a fault-tolerance wrapper's doing): dump
+        first, while the records of unfinished work still say where the job stopped."""
+        rec = self.rec
+        if rec.polled:
+            rec.poll()
+        if rec.pending:
+            self._safe_dump("abort")
 
     def _safe_dump(self, reason: str, exception: BaseException | None = None,
                    fatal: bool = False) -> str | None:

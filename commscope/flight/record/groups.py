@@ -9,9 +9,11 @@ created (or adopted) and attached to the recording process group as
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-__all__ = ["ENQUEUE_ONLY_BACKENDS", "POLLED_BACKENDS", "GroupInfo", "mesh_axis_of"]
+__all__ = ["ENQUEUE_ONLY_BACKENDS", "POLLED_BACKENDS", "GroupInfo", "mesh_axis_of",
+           "device_backends", "is_device_backend", "DEVICE_BACKENDS_ENV"]
 
 ENQUEUE_ONLY_BACKENDS = frozenset({"gloo", "fake"})
 """Backends whose collective calls only queue the op for their own worker threads and
@@ -21,6 +23,27 @@ set up lazily, inside the first collective of a group)."""
 POLLED_BACKENDS = frozenset({"nccl", "xccl"})
 """Backends whose work futures complete at enqueue (device-side completion): the
 recorder polls their works instead of wrapping them."""
+
+DEVICE_BACKENDS_ENV = "COMMSCOPE_DEVICE_BACKENDS"
+"""More backends (comma-separated names) whose calls return once the op is queued on a
+device, as NCCL's do: their works are polled, their dumps read as device queues."""
+
+_DEVICE_CACHE: dict[str, frozenset[str]] = {}
+
+
+def device_backends() -> frozenset[str]:
+    """:data:`POLLED_BACKENDS` and the ones :data:`DEVICE_BACKENDS_ENV` names."""
+    text = os.environ.get(DEVICE_BACKENDS_ENV, "")
+    found = _DEVICE_CACHE.get(text)
+    if found is None:
+        named = {n.strip().lower() for n in text.split(",") if n.strip()}
+        found = _DEVICE_CACHE[text] = POLLED_BACKENDS | named
+    return found
+
+
+def is_device_backend(name: str) -> bool:
+    """Whether ``name``'s works complete on a device (see :func:`device_backends`)."""
+    return name in device_backends()
 
 
 def mesh_axis_of(desc: str) -> str | None:
@@ -85,8 +108,8 @@ class GroupInfo:
         self.default_backend = next(iter(backends.values()), "unknown")
         self.multi_backend = len(set(backends.values())) > 1
         """True when devices use different backends (``cpu:gloo,cuda:nccl``)."""
-        self.polled = self.default_backend in POLLED_BACKENDS
-        """Whether the default backend's works are polled (see ``POLLED_BACKENDS``)."""
+        self.polled = is_device_backend(self.default_backend)
+        """Whether the default backend's works are polled (:func:`device_backends`)."""
         self.profiling_names: dict[str, str] = {}
         """Op name → ``"<backend>:<op>"``, built once and shared by the entries."""
         self.record_first = not set(backends.values()) <= ENQUEUE_ONLY_BACKENDS

@@ -45,13 +45,17 @@ from commscope.flight.record.agree.fingerprint import Fingerprint
 from commscope.flight.record.agree.fingerprint import fold as _fold
 from commscope.flight.record.creations import Creation, Creations
 from commscope.flight.record.entry import COMPLETED, SCHEDULED, STARTED, Entry
-from commscope.flight.record.groups import POLLED_BACKENDS, GroupInfo
+from commscope.flight.record.groups import GroupInfo, is_device_backend
 from commscope.flight.record.marks import StreamMark, release_mark, stream_mark
 from commscope.flight.record.ring import Ring
 from commscope.flight.record.stack import capture_to_user
 from commscope.flight.record.work import TrackedWork, WaitedWork
 
-__all__ = ["Recorder", "SLOT", "Describe"]
+__all__ = ["Recorder", "SLOT", "Describe", "DEVICE_TIMEOUT_SHARE"]
+
+DEVICE_TIMEOUT_SHARE = 0.8
+"""On a device backend, a pending op is overdue at this share of its group's timeout
+(8 of NCCL's default 10 minutes): PyTorch's watchdog aborts at the timeout itself."""
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +154,9 @@ class Recorder:
         """Rank 0's :class:`.clock.ClockService` (answers the others' clock asks)."""
         self.failed_collectives = 0
         """How many works completed with an error (the watchdog dumps on a new one)."""
+        self.device_done_ns = 0
+        """When a device's work (NCCL) was last seen finished: how the device frontier
+        moves, which ``commscope watch`` reads (a queue running ahead is no stall)."""
         self._timing = config.timing
         self._max_frames = config.max_frames
         self._pending_cap = max(4096, 2 * config.buffer_size)
@@ -294,7 +301,7 @@ class Recorder:
                 e.output_sizes, e.output_dtypes = self._shapes(outputs)
             if info.multi_backend:
                 backend = info.backend_for(_device_type(inputs or outputs))
-                e.polled = polled = backend in POLLED_BACKENDS
+                e.polled = polled = is_device_backend(backend)
             else:
                 backend = info.default_backend
                 e.polled = polled = info.polled
@@ -399,11 +406,12 @@ class Recorder:
         if e is None:
             return work
         try:
-            e.state = STARTED
-            e.time_discovered_started_ns = time_ns()
-            info = e.group
-            if not e.is_p2p and e.collective_seq_id > info.last_started:
-                info.last_started = e.collective_seq_id
+            if not e.polled:  # a device's op stays scheduled until its device finishes it
+                e.state = STARTED
+                e.time_discovered_started_ns = time_ns()
+                info = e.group
+                if not e.is_p2p and e.collective_seq_id > info.last_started:
+                    info.last_started = e.collective_seq_id
         except Exception as exc:
             self.fail(exc)
             return work
@@ -482,7 +490,9 @@ class Recorder:
                 e.failed = True
                 self.failed_collectives += 1
                 return
-            e.time_discovered_completed_ns = time_ns()
+            e.time_discovered_completed_ns = done = time_ns()
+            if e.polled:
+                self.device_done_ns = done
             if self._timing and e.state == STARTED:
                 e.duration_ms = (perf_counter_ns() - e.start_perf_ns) / 1e6
             e.state = COMPLETED
@@ -576,10 +586,18 @@ class Recorder:
         return out
 
     def overdue(self, now_ns: int, timeout_s: float | None) -> list[Entry]:
-        """Pending entries older than their timeout (``timeout_s`` overrides it)."""
+        """Pending entries older than their timeout (``timeout_s`` overrides it). On a
+        device backend (NCCL) the default is :data:`DEVICE_TIMEOUT_SHARE` of the group's
+        timeout: at the group's timeout PyTorch's NCCL watchdog may abort the process,
+        and the dump must be on disk before that."""
         out = []
         for e in list(self.pending.values()):
-            limit_ns = int(timeout_s * 1e9) if timeout_s is not None else e.timeout_ms * 1_000_000
+            if timeout_s is not None:
+                limit_ns = int(timeout_s * 1e9)
+            elif e.polled:
+                limit_ns = int(e.timeout_ms * 1_000_000 * DEVICE_TIMEOUT_SHARE)
+            else:
+                limit_ns = e.timeout_ms * 1_000_000
             if now_ns - e.time_created_ns > limit_ns:
                 out.append(e)
         return out

@@ -52,7 +52,7 @@ from commscope.flight.splice.describe import (
     scatter_like,
 )
 
-__all__ = ["RecordingProcessGroup", "adopt", "timeout_ms"]
+__all__ = ["RecordingProcessGroup", "adopt", "adopt_python", "python_methods", "timeout_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -502,6 +502,80 @@ def adopt(pg: Any, rec: Recorder, ranks: list[int] | None = None, timeout: Any =
     except Exception as exc:
         logger.warning("commscope flight: cannot record split group %r: %r", pg, exc)
         return pg
+
+
+_RECORDED_METHODS: dict[str, tuple[str, Any]] = {
+    # method name -> (the op it records, how to read its arguments), as above
+    "allreduce": ("all_reduce", inplace),
+    "allreduce_coalesced": ("allreduce_coalesced", inplace),
+    "allgather": ("all_gather", gather_like),
+    "all_gather_single": ("_all_gather_base", out_in),
+    "_allgather_base": ("_all_gather_base", out_in),
+    "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", out_in),
+    "allgather_coalesced": ("ALLGATHER_coalesced", gather_like),
+    "reduce_scatter": ("reduce_scatter", scatter_like),
+    "reduce_scatter_single": ("_reduce_scatter_base", out_in),
+    "_reduce_scatter_base": ("_reduce_scatter_base", out_in),
+    "reduce_scatter_single_coalesced": ("reduce_scatter_tensor_coalesced", out_in),
+    "all_to_all_single": ("all_to_all", out_in),
+    "alltoall_base": ("all_to_all", out_in),
+    "alltoall": ("all_to_all", out_in),
+    "broadcast": ("broadcast", inplace),
+    "reduce": ("reduce", inplace),
+    "gather": ("gather", gather_like),
+    "scatter": ("scatter", scatter_like),
+    "barrier": ("barrier", nothing),
+    "send": ("send", p2p),
+    "recv": ("recv", p2p),
+    "recv_anysource": ("recv", any_source),
+}
+
+
+def python_methods(pg: Any) -> list[str]:
+    """The collective methods ``pg``'s own Python class defines (a process group written
+    in Python: torch's ``threaded`` backend, a custom backend's), which torch calls in
+    place of a C++ backend's; ``[]`` for torch's own classes."""
+    found = []
+    for name in _RECORDED_METHODS:
+        for klass in type(pg).__mro__:
+            if klass is _PG or klass.__module__.startswith("torch._C"):
+                break
+            if name in klass.__dict__:
+                found.append(name)
+                break
+    return found
+
+
+def _recording(pg: Any, op: str, describe: Any, call: Any) -> Any:
+    """``pg``'s method ``call``, recorded (its caller's frame is two levels up, as the
+    recording group's methods have it)."""
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        rec = SLOT.rec
+        if rec is None:
+            return call(*args, **kwargs)
+        return rec.run(pg, op, describe, call, args, kwargs)
+
+    method.__name__ = getattr(call, "__name__", op)
+    method.__doc__ = getattr(call, "__doc__", None)
+    return method
+
+
+def adopt_python(pg: Any, rec: Recorder, ranks: list[int], group_rank: int,
+                 backends: dict[str, str], timeout: int) -> bool:
+    """Record a process group written in Python, which a custom backend returned and
+    torch uses as the group itself (a recording group cannot stand in for it): each of
+    its collective methods is wrapped on the object, so every road into it (Python
+    calls, and C++ through pybind's lookup on the object) is recorded. Returns whether
+    it was adopted (``False``: it has no such method)."""
+    names = python_methods(pg)
+    if not names:
+        return False
+    for name in names:
+        op, describe = _RECORDED_METHODS[name]
+        setattr(pg, name, _recording(pg, op, describe, getattr(pg, name)))
+    rec.attach_group(pg, ranks, group_rank, backends, timeout)
+    return True
 
 
 class _LegacyRecordingProcessGroup(RecordingProcessGroup):

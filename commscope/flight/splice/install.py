@@ -47,11 +47,11 @@ from commscope.flight.record.job import agree_token, job_identity, request_secre
 from commscope.flight.record.placement import HostTableGatherer, this_place
 from commscope.flight.record.recorder import SLOT, Recorder
 from commscope.flight.record.stack import capture_to_user
-from commscope.flight.splice.backend import RecordingProcessGroup, timeout_ms
+from commscope.flight.splice.backend import RecordingProcessGroup, adopt_python, timeout_ms
 from commscope.flight.splice.selfcheck import splice_missed
 
 __all__ = ["install", "uninstall", "installed", "attach_inner", "existing_groups",
-           "let_workers_finish", "WORKER_GRACE_S"]
+           "let_workers_finish", "WORKER_GRACE_S", "on_abort"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,9 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
         rec.creations.ended(creation)
     pg = result[0] if isinstance(result, tuple) and result else None
     if isinstance(pg, _REAL_PG) and not isinstance(pg, RecordingProcessGroup):
-        splice_missed(pg)  # loud: logs an error, raises under commscope run
+        if not _adopt_python(rec, pg, bound):
+            splice_missed(pg)  # loud: logs an error, raises under commscope run
+        return result
     try:
         if isinstance(pg, RecordingProcessGroup) and getattr(pg, "_commscope_info", None) is None:
             attach_inner(pg, result[1])
@@ -191,6 +193,32 @@ def _patched_helper(*args: Any, **kwargs: Any) -> Any:
     except Exception as exc:
         rec.fail(exc)
     return result
+
+
+def _adopt_python(rec: Recorder, pg: Any, bound: dict[str, Any]) -> bool:
+    """A group a custom backend wrote in Python (torch made it the group itself):
+    recorded through its own methods (:func:`adopt_python`). ``False`` when it is not
+    such a group (or its arguments were not read)."""
+    if not bound or getattr(pg, "_commscope_info", None) is not None:
+        return getattr(pg, "_commscope_info", None) is not None
+    try:
+        ranks = list(bound.get("global_ranks_in_group") or [])
+        group_rank = int(bound["group_rank"])
+        is_default = not ranks
+        if is_default:
+            ranks = list(range(int(bound["group_size"])))
+        if not adopt_python(pg, rec, ranks, group_rank, _backend_map(bound.get("backend")),
+                            timeout_ms(bound.get("timeout"))):
+            return False
+        if is_default:
+            rec.global_rank = group_rank
+            rec.world_size = len(ranks)
+            rec.store = bound.get("store")
+            rec.job = job_identity(rec.store, rec.world_size)
+        return True
+    except Exception as exc:
+        rec.fail(exc)
+        return True
 
 
 def _place_rank(rec: Recorder) -> None:
@@ -229,7 +257,7 @@ def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
         # torch 2.6 decides by the device type alone (a recording group is coalesced
         # there as a plain one is); later releases by the backend's say, but only for a
         # group of exactly the class ProcessGroup, which ours is not.
-        if _BACKEND_SAYS and group._get_backend(device).supports_coalescing:
+        if _BACKEND_SAYS and _coalesces(group, device):
             # What torch does for a plain ProcessGroup on a coalescing backend (NCCL):
             # issue every op inside one coalescing block.
             c10d._check_p2p_op_list(p2p_op_list)
@@ -240,6 +268,15 @@ def _patched_batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
         return original(p2p_op_list)
     finally:
         info.batch_p2p_seq = None
+
+
+def _coalesces(group: Any, device: Any) -> bool:
+    """Whether ``group``'s backend for ``device`` coalesces ops (NCCL); ``False`` for a
+    group written in Python, which has no C++ backend (it coalesces as it likes)."""
+    try:
+        return bool(group._get_backend(device).supports_coalescing)
+    except (RuntimeError, AttributeError):
+        return False
 
 
 WORKER_GRACE_S = 0.05
@@ -267,11 +304,34 @@ def _patched_destroy_process_group(*args: Any, **kwargs: Any) -> Any:
     return _originals["destroy_process_group"](*args, **kwargs)
 
 
+_abort_hook: list[Callable[[], None]] = []
+
+
+def on_abort(hook: Callable[[], None] | None) -> None:
+    """Run ``hook`` (the recorder's dump) before a process group is aborted: what a
+    fault-tolerance wrapper (NVRx's in-process restart) does to the groups of a failed
+    job, after which their records are gone."""
+    _abort_hook[:] = [hook] if hook is not None else []
+
+
+def _patched_abort(*args: Any, **kwargs: Any) -> Any:
+    for hook in list(_abort_hook):
+        try:
+            hook()
+        except Exception as exc:  # never in the way of the abort itself
+            logger.warning("commscope flight: dump before the abort failed: %r", exc)
+    return _originals["_abort_process_group"](*args, **kwargs)
+
+
 def install() -> None:
     """Patch ``torch.distributed`` so groups created from now on are recorded."""
     with _lock:
         if _originals:
             return
+        if hasattr(c10d, "_abort_process_group"):
+            _originals["_abort_process_group"] = c10d._abort_process_group
+            functools.update_wrapper(_patched_abort, _originals["_abort_process_group"])
+            c10d._abort_process_group = _patched_abort
         _originals["_new_process_group_helper"] = c10d._new_process_group_helper
         _originals["batch_isend_irecv"] = c10d.batch_isend_irecv
         _patched_helper.__wrapped__ = _originals["_new_process_group_helper"]  # type: ignore[attr-defined]
@@ -295,6 +355,8 @@ def uninstall() -> None:
         if not _originals:
             return
         _restore(c10d, "_new_process_group_helper", _patched_helper)
+        if "_abort_process_group" in _originals:
+            _restore(c10d, "_abort_process_group", _patched_abort)
         _restore(c10d, "batch_isend_irecv", _patched_batch_isend_irecv)
         if dist.batch_isend_irecv is _patched_batch_isend_irecv:  # type: ignore[attr-defined]
             dist.batch_isend_irecv = _originals["batch_isend_irecv"]  # type: ignore[attr-defined]

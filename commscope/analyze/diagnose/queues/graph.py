@@ -164,7 +164,9 @@ def _collective_waits(ctx: Context, progress: dict[int, RankProgress], r: int, h
         peers.append(q)
         other = progress[q]
         if other.issued(head.group) < seq:
-            waits.append(Wait(r, q, head.group, seq, op, "lack"))
+            if other.sees(progress[r].created(head.group, seq)):
+                waits.append(Wait(r, q, head.group, seq, op, "lack"))
+            # else q's dump was taken before r issued it: it shows nothing of it
         elif other.finished(head.group, seq):
             finished.append(q)
         elif head.same(other.head):
@@ -205,12 +207,17 @@ def phantoms(ctx: Context, progress: dict[int, RankProgress], rank: int
     """``rank``'s unfinished collectives that every other member (with a dump) finished,
     with those members, oldest first."""
     out = []
-    for item in progress[rank].queue:
+    mine = progress[rank]
+    for item in mine.queue:
         if item.seq is None:
             continue
         g = ctx.groups.get(item.group)
         peers = [q for q in g.ranks if q != rank and q in progress] if g is not None else []
-        if peers and all(progress[q].finished(item.group, item.seq) for q in peers):
+        # each finished it, early enough for this rank's dump to show it done (a dump
+        # taken a moment before its peers' shows it running)
+        if peers and all(progress[q].finished(item.group, item.seq)
+                         and mine.sees(progress[q].finished_at(item.group, item.seq))
+                         for q in peers):
             out.append((item, peers))
     return out
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from commscope.analyze.align.progress import Item, RankProgress
+from commscope.analyze.align.progress import SEEN_MARGIN_NS, Item, RankProgress
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.queues.graph import QueueGraph, Stale
 from commscope.analyze.diagnose.timing import pending_age_ns
@@ -158,8 +158,10 @@ def _issued_less(ctx: Context, progress: dict[int, RankProgress], rank: int,
     whose device stopped went on issuing up to its host sync, as its peers did, while a
     dump taken earlier than its peers' shows both less issued and less finished."""
     g = ctx.groups.get(group)
-    mine = progress[rank].issued(group)
-    return g is not None and any(progress[q].issued(group) > mine for q in g.ranks
+    me = progress[rank]
+    mine = me.issued(group)
+    when = me.as_of - SEEN_MARGIN_NS if me.as_of is not None else None
+    return g is not None and any(progress[q].issued_by(group, when) > mine for q in g.ranks
                                  if q != rank and q in progress)
 
 
@@ -252,11 +254,13 @@ def _issued_behind(ctx: Context, progress: dict[int, RankProgress], rank: int,
     wait for its device there)."""
     root = ThreadRoot()
     prog = progress[rank]
+    when = prog.as_of - SEEN_MARGIN_NS if prog.as_of is not None else None
     for name, gp in sorted(prog.groups.items()):
         g = ctx.groups.get(name)
         if g is None:
             continue
-        others = {q: progress[q].issued(name) for q in g.ranks if q != rank
+        # what the others had issued by the time this rank's dump was taken
+        others = {q: progress[q].issued_by(name, when) for q in g.ranks if q != rank
                   and q in progress and name in progress[q].groups}
         ahead = sorted(q for q, n in others.items() if n > gp.issued)
         if not ahead or (agreed and (len(ahead) < len(others)
