@@ -1306,6 +1306,66 @@ def skip_then_size_abort(rank: int, world: int) -> None:
     hang()
 
 
+def skip_tp_broadcast_tie(rank: int, world: int) -> None:
+    """On a 2x2 mesh (dp, tp), each step a tp broadcast, a tp all_gather and a dp
+    all_reduce: at step 1 rank 3 skips the broadcast and calls the all_gather while its tp
+    peer (rank 2) broadcasts: a group of two that disagrees, no majority. Ranks 0 and 1
+    finish their own tp step and wait in the dp all_reduce for ranks 2 and 3."""
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    for step in range(3):
+        if not (rank == 3 and step == 1):
+            dist.broadcast(torch.ones(4), dist.get_global_rank(tp, 0), group=tp)
+        dist.all_gather_into_tensor(torch.zeros(8), torch.ones(4), group=tp)
+        dist.all_reduce(torch.ones(4), group=dp)
+    hang()
+
+
+def skip_own_desc_pairs(rank: int, world: int) -> None:
+    """Eight ranks in four pairs, each pair's group named for itself (``stage_0`` ..
+    ``stage_3``), each step an all_reduce in the pair, then one of everyone: at step 1 rank
+    5 skips its pair's all_reduce and waits in everyone's for rank 4, which waits for it
+    in the pair."""
+    pairs = [dist.new_group([2 * k, 2 * k + 1], group_desc=f"stage_{k}") for k in range(4)]
+    mine = pairs[rank // 2]
+    for step in range(3):
+        if not (rank == 5 and step == 1):
+            dist.all_reduce(torch.ones(4), group=mine)
+        dist.all_reduce(torch.ones(2))
+    hang()
+
+
+def skip_tp_then_broadcast_root(rank: int, world: int) -> None:
+    """On a 2x2 mesh (dp, tp), each step a tp all_reduce, a dp all_gather and a broadcast
+    of everyone from rank 0: at step 1 rank 2 skips its tp all_reduce and runs ahead into
+    the broadcast, which it receives from rank 0 and finishes, while rank 0 (the root)
+    still waits in it for ranks 1 and 3, held behind rank 2's skip."""
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    t = torch.ones(4)
+    for step in range(3):
+        if not (rank == 2 and step == 1):
+            dist.all_reduce(t, group=tp)
+        dist.all_gather_into_tensor(torch.zeros(8), t, group=dp)
+        dist.broadcast(torch.ones(16), 0)
+    hang()
+
+
+def skip_then_size_abort_tp(rank: int, world: int) -> None:
+    """On a 2x2 mesh (dp, tp), each step a tp all_reduce of 4 floats, one of 8, then a dp
+    all_reduce: at step 1 rank 3 skips the one of 4 and calls the one of 8, which meets
+    its tp peer's call of 4: gloo aborts rank 2 (it receives more than it posted), and
+    rank 0 waits for rank 2 in the dp all_reduce."""
+    mesh = _mesh((2, 2), ("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    for step in range(3):
+        if not (rank == 3 and step == 1):
+            dist.all_reduce(torch.ones(4), group=tp)
+        dist.all_reduce(torch.ones(8), group=tp)
+        dist.all_reduce(torch.ones(4), group=dp)
+    hang()
+
+
 # ---- evidence-weighed mismatches: the rank gloo kills can be the culprit (issue 32 item 1)
 
 
@@ -1727,6 +1787,23 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     # ---- one root cause, one finding (issue 32 item 5)
     Scenario("skip_then_size_abort", 4, skip_then_size_abort,
              Expect("hang", "missing_rank", [1], waiting=[0, 2, 3], says=["skipped"])),
+    # issue 37 item 3: a skip's consequence is no second fault of an innocent rank
+    Scenario("skip_tp_broadcast_tie", 4, skip_tp_broadcast_tie,
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], group="mesh_tp", seq=3,
+                    says=["skipped broadcast", "in their own mesh_tp group"]),
+             Expect("hang", "missing_rank", [3], waiting=[0, 1, 2], group="mesh_tp", seq=3)),
+    Scenario("skip_own_desc_pairs", 8, skip_own_desc_pairs,
+             Expect("hang", "missing_rank", [5], waiting=[0, 1, 2, 3, 4, 6, 7],
+                    group="stage_2", seq=2, says=["issued their own all_reduce #2"]),
+             Expect("hang", "missing_rank", [5], waiting=[0, 1, 2, 3, 4, 6, 7],
+                    group="stage_2", seq=2)),
+    Scenario("skip_tp_then_broadcast_root", 4, skip_tp_then_broadcast_root,
+             # alike steps: its later tp calls pair with its peer's one step behind, so
+             # the skip shows at the last one, #3
+             Expect("hang", "missing_rank", [2], waiting=[0, 1, 3], group="mesh_tp", seq=3)),
+    Scenario("skip_then_size_abort_tp", 4, skip_then_size_abort_tp,
+             Expect("crash", "size_mismatch", [3], waiting=[0, 1], victims=[2],
+                    group="mesh_tp", seq=3, says=["in a call other than the one rank 3"])),
     # ---- pipelines and threads (issue 32 items 7, 9)
     Scenario("pipeline_gpipe_skip_recv", 4, pipeline_gpipe_skip_recv,
              Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3],

@@ -16,7 +16,9 @@ Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findi
    any other reason: torchrun's SIGTERM to the survivors of a failure comes after it.
 2. Ranks without a dump whose fatal log says they aborted, at the very line where a
    survivor issued one of its newest records of a group they belong to (finished or
-   not), were killed by a size mismatch in that call (:func:`killed_by_mismatch`; gloo
+   not, but no older than one it finished there; a survivor whose record at that line
+   is older issued another call there: its first unfinished one of that group), were
+   killed by a size mismatch in that call (:func:`killed_by_mismatch`; gloo
    aborts a rank that receives a message of another size than it posted): they no
    longer count as crashed. Who was wrong is weighed: a mismatch the survivors already
    disagree on in that call stands and lists them as victims; survivors (two or more,
@@ -299,24 +301,46 @@ def _call_died_in(ctx: Context, dead_at: dict[tuple[str, int], list[int]]
                   ) -> tuple[str, int, int, int, list[int]] | None:
     """``(group, seq, survivor, index, dead ranks)``: the newest record of a surviving
     rank at the very line where ranks died in native code, among each survivor's
-    :data:`_LOOKBACK` newest records of each group; ``None`` when there is none."""
+    :data:`_LOOKBACK` newest records of each group, and no older than the newest one
+    it finished there (the dead joined that one: they died in it or later); ``None``
+    when there is none. When a survivor's newest record of a group at that line is
+    older than one it finished there, and its oldest unfinished record of the group
+    follows that finished one, that record is the call they died in: the survivor
+    issued another call there (it skipped the dead's, or called another); it is taken
+    when no survivor's line matches."""
     best: tuple[int, tuple[str, int, int, int, list[int]]] | None = None
+    other: tuple[int, tuple[str, int, int, int, list[int]]] | None = None
     for r, d in sorted(ctx.load.dumps.items()):
         for group, t in sorted(d.tracks.items()):
             g = ctx.groups.get(group)
+            if g is None or not len(t):
+                continue
+            done = [k for k in range(len(t)) if t.status[k] & _DONE and t.index[k] >= 0]
+            floor = done[-1] if done else -1
+            found: list[int] | None = None
             for k in range(len(t) - 1, max(-1, len(t) - 1 - _LOOKBACK), -1):
                 index = t.index[k]
                 if index < 0:
                     continue
                 frame = ctx.frames.frame(r, index)
                 dead = dead_at.get((frame[1], frame[2])) if frame else None
-                if not dead or g is None or not set(dead) <= set(g.ranks):
+                if not dead or not set(dead) <= set(g.ranks):
                     continue
+                found = dead
+                if k < floor:
+                    break  # an older call at that line: the dead went past it
                 created = t.created[k]
                 if best is None or created > best[0]:
                     best = (created, (group, t.lo + k, r, index, dead))
+                found = None
                 break
-    return best[1] if best else None
+            nxt = floor + 1
+            if not found or nxt >= len(t) or t.index[nxt] < 0 or t.status[nxt] & _DONE:
+                continue
+            if other is None or t.created[nxt] > other[0]:
+                other = (t.created[nxt], (group, t.lo + nxt, r, t.index[nxt], found))
+    chosen = best if best is not None else other
+    return chosen[1] if chosen else None
 
 
 def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
@@ -401,8 +425,14 @@ def killed_by_mismatch(ctx: Context, graph: WaitGraph, reasons: dict[int, str],
                      f"{logs})."),
         ))
         return out
-    waiting = sorted((reaching(set(survivors), graph) | set(dead)) - set(survivors))
-    died = (f"{ranks_phrase(dead)} aborted ({gloo}), so "
+    waiting = sorted((reaching(set(survivors), graph) | reaching(set(dead), graph)
+                      | set(dead)) - set(survivors))
+    theirs = _fatal_frame(ctx, dead[0])
+    apart = ""
+    if theirs is not None and frame is not None and theirs[1:] != frame[1:]:
+        apart = (f" at {frame_text(theirs)}, in a call other than the one "
+                 f"{ranks_phrase(survivors)} issued as #{seq}")
+    died = (f"{ranks_phrase(dead)} aborted{apart} ({gloo}), so "
             f"{'it is a victim' if len(dead) == 1 else 'they are victims'} of a size "
             "mismatch in that call, not its cause; "
             f"{'its own sizes died with it' if len(dead) == 1 else _DIED} ({logs}).")

@@ -8,8 +8,10 @@ Algorithm (:func:`diagnose`):
 2. Disagreements inside groups (:func:`commscope.analyze.diagnose.mismatch.mismatch_findings`):
    op / order / size / dtype / skipped collective.
 3. **The wait-for graph** (:mod:`commscope.analyze.diagnose.waits`) over every rank's unfinished
-   work: a collective waits for the members that never reached it or left no dump, a
-   send for the peer's matching recv, a recv for the send.
+   work: a collective waits for the members that never reached it or left no dump (the
+   root of a broadcast, reduce, gather or scatter also when another member finished it:
+   a non-root finishes with its own part), a send for the peer's matching recv, a recv
+   for the send.
 4. **Crashed ranks** (``crashed_rank``, :mod:`commscope.analyze.diagnose.crashes`): an expected
    rank without a dump, with a stale dump, or whose dump was written because it raised
    an exception that is not a communication error (the text of the exception is
@@ -30,7 +32,8 @@ Algorithm (:func:`diagnose`):
    unfinished send/recv that never posted its partner is ``p2p_unmatched``. When the
    root's dump carries thread stacks (commscope's do), the finding says where its main
    thread is now; a PyTorch-native dump has none, and the finding says so.
-7. Everyone who reaches a culprit in the graph, transitively, waits behind it.
+7. Everyone who reaches a culprit in the graph, transitively, waits behind it; so does
+   everyone who reaches the ranks of a blocking disagreement of step 2.
 8. ``stalled_collective`` when nothing above explains a stop and everyone is inside the
    same unfinished collective (with evidence of age).
 9. **Coverage**: a rank with unfinished work that no blocking finding names (as
@@ -107,7 +110,13 @@ from commscope.analyze.diagnose.timing import (
     stalled_findings,
     straggler_findings,
 )
-from commscope.analyze.diagnose.waits import WaitGraph, build_waits, find_cycles, reaching
+from commscope.analyze.diagnose.waits import (
+    Wait,
+    WaitGraph,
+    build_waits,
+    find_cycles,
+    reaching,
+)
 from commscope.analyze.diagnose.wording import (
     now_text,
     nows_text,
@@ -262,6 +271,40 @@ def verdict(findings: Iterable[Finding]) -> str:
 
 
 # ---------------------------------------------------------------------- roots
+
+
+def _behind_disagreements(findings: list[Finding], graph: WaitGraph) -> None:
+    """Step 7 for the disagreements found before the graph (mismatches, splits): the
+    ranks that wait on a blocking one's ranks, down a chain of waits (a dp peer of a tp
+    rank stuck in a call its group disagrees about), wait behind it."""
+    for f in findings:
+        if not f.blocking:
+            continue
+        inside = set(f.culprit_ranks) | set(f.waiting_ranks)
+        behind = reaching(inside, graph) - set(f.culprit_ranks)
+        if behind:
+            f.waiting_ranks = sorted(set(f.waiting_ranks) | behind)
+
+
+def _root_waits(ctx: Context) -> list[Wait]:
+    """The root of a rooted collective (broadcast, reduce, gather, scatter) at a group's
+    frontier waits for every member that never reached it, though other members
+    finished it: a non-root finishes once its own part went to or came from the root,
+    so its finishing says nothing of the members that never came (the wait graph takes
+    a finished member as proof that everyone joined, true only of the symmetric ops)."""
+    out = []
+    for key in sorted(ctx.views):
+        f = ctx.views[key].frontier
+        if f is None or not f.completed_by or not f.waiting or not f.lack:
+            continue
+        sig = next((s for r in f.have if (s := ctx.sig(r, key, f.seq)) is not None), None)
+        root = sig.root if sig is not None else None
+        if root is None or root not in f.waiting or root in f.completed_by:
+            continue
+        if record_status(ctx, root, key, f.seq) & _DONE:
+            continue
+        out.extend(Wait(root, q, key, f.seq, "collective") for q in f.lack)
+    return out
 
 
 def _frontier_findings(ctx: Context, graph: WaitGraph, explained: set[int]) -> list[Finding]:
@@ -624,7 +667,9 @@ def diagnose(ctx: Context, straggler_ms: float | None = None,
         graph = queues.graph
     else:
         graph = build_waits(ctx.views, ctx.p2p, in_mismatch, ctx.load,
-                            creation_waits(ctx.load))
+                            [*creation_waits(ctx.load), *_root_waits(ctx)])
+    if not device:
+        _behind_disagreements(findings, graph)
     created, creating = creation_findings(ctx, graph)
     findings += created
     ctx.away = elsewhere_ranks(ctx)

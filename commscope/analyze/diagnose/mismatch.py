@@ -27,7 +27,13 @@ Algorithm (:func:`mismatch_findings`), per group, over its mismatches in sequenc
 4. A mismatch with an unfinished record is *blocking* (the job stopped there); a
    finished one is a bug the job survived (desync: e.g. float32 against int32 of the
    same byte size completes on gloo with garbage).
-5. A tie that evidence could not break names every side as a culprit and says so.
+5. A tie (no majority: a group of two) whose two sides issued #s at two different lines
+   of code is put to the ranks outside the group: in the one group of theirs with the
+   same description (the other tp group of a mesh), those that issued the first
+   side's line as #s and the second side's as #s+1 say the second side skipped the
+   first's call (``missing_rank``), and the other way round; the side more of them
+   name is the culprit.
+6. A tie that evidence could not break names every side as a culprit and says so.
 
 :func:`print_findings` adds what the records alone cannot show: groups whose members'
 running fingerprints part (:mod:`commscope.analyze.align.prints`) where no record-based
@@ -40,9 +46,12 @@ is left to the waits.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from commscope.analyze.align.match import GroupView, Mismatch
 from commscope.analyze.align.prints import PrintSplit, compare_prints
 from commscope.analyze.diagnose.context import Context
+from commscope.analyze.diagnose.skips import MAX_WITNESSES
 from commscope.analyze.model import Finding, PrintWhat, Sig, Track
 from commscope.analyze.text import frame_text, ranks_phrase
 
@@ -54,6 +63,7 @@ MISMATCH_KINDS = ("op_mismatch", "order_mismatch", "size_mismatch", "dtype_misma
 """The kinds of a disagreement about one call (a skipped one is a ``missing_rank``)."""
 
 _WINDOW = 8
+_VAGUE_DESCS = ("", "undefined")
 
 
 def pending_mismatch_ranks(ctx: Context) -> set[int]:
@@ -142,9 +152,53 @@ def _sig_text(sig: Sig | None, ctx: Context | None = None, every_arg: bool = Fal
     return f"{sig.op} ({sig.sizes_text(every_arg)})"
 
 
+def _line(ctx: Context, rank: int, key: str, seq: int) -> tuple[str, int] | None:
+    frame = ctx.frame_at(rank, key, seq)
+    return (frame[1], frame[2]) if frame is not None else None
+
+
+def _witnessed_skip(ctx: Context, view: GroupView, m: Mismatch
+                    ) -> tuple[list[int], list[int], list[int]] | None:
+    """Step 5: ``(skipped, kept, witnesses)`` when the two sides of a tie issued #s at
+    two lines and the ranks outside the group, in the one group of theirs with the same
+    description (a sibling: the other tp group of a mesh), issued the first side's line
+    as #s and the second's as #s+1 (more of them than the other way round): the second
+    side skipped the first's call. ``None`` otherwise."""
+    desc = view.group.desc
+    if len(m.by_key) != 2 or desc in _VAGUE_DESCS:
+        return None
+    (_, a), (_, b) = sorted(m.by_key.items())
+    key, seq = view.group.key, m.seq
+    line_a, line_b = _line(ctx, a[0], key, seq), _line(ctx, b[0], key, seq)
+    if line_a is None or line_b is None or line_a == line_b:
+        return None
+    outside = sorted(r for r in ctx.load.dumps if r not in view.group.ranks)
+    a_skipped: list[int] = []
+    b_skipped: list[int] = []
+    for w in outside[:MAX_WITNESSES]:
+        sibs = [k for k in ctx.load.dumps[w].tracks
+                if k != key and k in ctx.groups and ctx.groups[k].desc == desc]
+        if len(sibs) != 1:
+            continue
+        there = (_line(ctx, w, sibs[0], seq), _line(ctx, w, sibs[0], seq + 1))
+        if there == (line_b, line_a):
+            a_skipped.append(w)
+        elif there == (line_a, line_b):
+            b_skipped.append(w)
+    if len(a_skipped) > len(b_skipped):
+        return sorted(a), sorted(b), a_skipped
+    if len(b_skipped) > len(a_skipped):
+        return sorted(b), sorted(a), b_skipped
+    return None
+
+
 def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     g = view.group
     key = g.key
+    witnessed = _witnessed_skip(ctx, view, m) if m.tie else None
+    if witnessed is not None:
+        m = replace(m, culprits=witnessed[0], agreeing=witnessed[1], majority=None,
+                    tie=False)
     culprit = m.culprits[0]
     ref = m.agreeing[0] if m.agreeing else None
     c_sig = ctx.sig(culprit, key, m.seq)
@@ -152,7 +206,7 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
     where = frame_text(ctx.frame_at(culprit, key, m.seq))
     who = ranks_phrase(m.culprits)
     others = ranks_phrase(m.agreeing) if m.agreeing else ""
-    shape, span = _shape(ctx, view, m, culprit)
+    shape, span = ("skip", 1) if witnessed is not None else _shape(ctx, view, m, culprit)
     tail = "" if m.pending else "; it completed, so the job went on with wrong data"
     frames = {culprit: ctx.frame_at(culprit, key, m.seq)}
     if m.tie:
@@ -166,6 +220,15 @@ def _one(ctx: Context, view: GroupView, m: Mismatch) -> tuple[Finding, int]:
                f"a majority ({variants}); {ranks_phrase(m.culprits[:1])} called it at {where}"
                f"{tail}.")
         op = c_sig.op if c_sig else None
+    elif witnessed is not None:
+        kind = "missing_rank"
+        op = r_sig.op if r_sig else None
+        seen = ranks_phrase(witnessed[2])
+        msg = (f"{who.capitalize()} skipped {_sig_text(r_sig, ctx)} #{m.seq} of {g.label()} that "
+               f"{others} called, and {'its' if len(m.culprits) == 1 else 'their'} "
+               f"#{m.seq} is the next call ({_sig_text(c_sig, ctx)}, at {where}): {seen}, "
+               f"in their own {g.desc} group, issued {others}'s call as #{m.seq} and "
+               f"{who}'s as #{m.seq + 1}{tail}.")
     elif shape == "skip":
         kind = "missing_rank"
         op = r_sig.op if r_sig else None

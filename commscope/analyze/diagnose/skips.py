@@ -15,8 +15,11 @@ Algorithm (:func:`find_skip`), for one cycle of
    For each, find the record that plays the part of G#s: its own G#s when it belongs
    to G, else #s of the one *sibling* group it belongs to (same ``desc``, same sequence
    number, same op, and the same user stack frame as W's record when both have one;
-   a desc that says nothing, ``""`` or ``undefined``, needs the frames). Likewise for
-   H#t against T's record.
+   a desc that says nothing, ``""`` or ``undefined``, needs the frames). Without a
+   sibling of that desc, the one group of another desc whose #s (same op) was issued
+   at the very line of W's record plays the part (pipeline stages or pairs named each
+   for itself, ``stage_0``, ``stage_1``, run the same line). Likewise for H#t against
+   T's record.
 3. A witness with both records votes *for* when its G#s record comes before its H#t
    one in its file, *against* otherwise.
 4. An edge is the skip when it has more votes for than against. Exactly one edge of the
@@ -87,20 +90,26 @@ class _Roles:
             return None
         desc = ctx.groups[group].desc
         found: list[tuple[str, int]] = []
+        alike: list[int] = []
+        theirs = self._ref_frame(ref, group, seq)
         for key in sorted(dump.tracks):
             g = ctx.groups.get(key)
-            if g is None or g.desc != desc or key == group:
+            if g is None or key == group:
                 continue
             sig = ctx.sig(witness, key, seq)
             index = ctx.index(witness, key, seq)
             if sig is None or index is None or sig.op != ref_sig.op:
                 continue
-            found.append((key, index))
+            if g.desc == desc:
+                found.append((key, index))
+            elif theirs is not None and _frame_key(ctx.frames.frame(witness, index)) == theirs:
+                alike.append(index)  # a group of its own name, issued at the same line
+        if not found:
+            return alike[0] if len(alike) == 1 else None
         if len(found) != 1:
             return None
         key, index = found[0]
         mine = _frame_key(ctx.frames.frame(witness, index))
-        theirs = self._ref_frame(ref, group, seq)
         if mine is not None and theirs is not None:
             return index if mine == theirs else None
         return None if desc in _VAGUE_DESCS else index
@@ -151,11 +160,15 @@ def skip_finding(ctx: Context, skip: Skip, cycle: list[Wait], graph: WaitGraph) 
     activity, frame = ctx.last_activity(culprit)
     where = ctx.op_at(culprit, inst.group, inst.seq) if inst.seq is not None else inst.op
     verb = "waits" if len(waiting) == 1 else "wait"
+    named = all(b in g.ranks or any(ctx.groups[k].desc == g.desc and k != g.key
+                                    for k in ctx.load.dumps[b].tracks if k in ctx.groups)
+                for b in skip.before)
+    theirs = (g.desc or "their") if named else "their own"
     message = (
         f"Rank {culprit} never joined {what} of {g.label()}, which {ranks_phrase(waiting)} "
         f"{verb} in: it went on to {where} of {h.label()} and waits there for "
         f"{ranks_phrase(others)}{held_text}; {ranks_phrase(skip.before)} issued "
-        f"{g.desc or 'their'} {ctx.op_at(m.waiter, m.group, seq)} before {where} of "
+        f"{theirs} {ctx.op_at(m.waiter, m.group, seq)} before {where} of "
         f"{h.ref()}, so rank {culprit} skipped or postponed it; its last record is {activity} "
         f"at {frame_text(frame)}."
     )
