@@ -13,7 +13,10 @@ Algorithm (:func:`cycle_finding`):
    leave out, once, the partner of the op a peer of the cycle waits in for it (two
    periods of its schedule, then the op the period calls for is missing and the ops
    after it go on as if it had been posted: a stage that skipped one recv in a GPipe
-   forward pass and deadlocks later, in the backward pass). When some but not all
+   forward pass and deadlocks later, in the backward pass); so did a rank whose ops
+   repeat a whole step (a 1F1B pipeline: forward and backward ops interleave, so no
+   short period holds) except that partner, left out once, the ops after it going on
+   as the previous step did after it (:func:`_skipped_in_step`). When some but not all
    ranks of the component do, they are the ``p2p_unmatched`` culprits. Otherwise the
    component is a ``p2p_deadlock``: each rank posted its op before the one its peer
    waits for.
@@ -128,6 +131,49 @@ def _skipped_once(tokens: list[tuple[str, str, int | None]], first: int,
     return False
 
 
+_MAX_PERIOD = 4096
+"""The longest schedule (send/recv ops of one training step) a skip is looked for in."""
+
+
+def _period(tokens: list[tuple[str, str, int | None]]) -> int:
+    """The shortest ``q`` with ``tokens[i] == tokens[i - q]`` for every ``i >= q`` (the
+    prefix function of Knuth, Morris and Pratt; ``len(tokens)`` when none is shorter)."""
+    border = [0] * len(tokens)
+    k = 0
+    for i in range(1, len(tokens)):
+        while k and tokens[i] != tokens[k]:
+            k = border[k - 1]
+        if tokens[i] == tokens[k]:
+            k += 1
+        border[i] = k
+    return len(tokens) - (border[-1] if tokens else 0)
+
+
+def _skipped_in_step(tokens: list[tuple[str, str, int | None]], first: int,
+                     wanted: tuple[str, str, int | None]) -> bool:
+    """Whether a rank's send/recv ops, up to and with its first unfinished one
+    (``first``), are a schedule that repeats every ``p`` ops (a whole training step: a
+    1F1B or interleaved pipeline's forward and backward ops interleave, so no short
+    period holds) with ``wanted`` left out once: the ops repeat the previous step until
+    position ``b``, where that step had ``wanted``, and from ``b`` on they go on as the
+    previous step did after its ``wanted`` (shifted by one), through the first
+    unfinished op. The two steps must agree on at least half a step (4 to 16 ops)
+    besides the one left out, and ops that repeat exactly (two whole periods or more)
+    left nothing out."""
+    n = first + 1
+    if 2 * _period(tokens[:n]) <= n:
+        return False  # the ops repeat exactly: nothing left out
+    for p in range(2, min(first, _MAX_PERIOD) + 1):
+        if first - p + 1 < max(4, min(p // 2, 16)):
+            break
+        b = next((i for i in range(p, n) if tokens[i] != tokens[i - p]), None)
+        if b is None or tokens[b - p] != wanted:
+            continue
+        if all(tokens[b + i] == tokens[b - p + 1 + i] for i in range(n - b)):
+            return True
+    return False
+
+
 def _pattern_breakers(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, bool]:
     """The ranks of ``comp`` that skipped a send/recv and went on (step 2), each with
     whether the skip is earlier in its history (``True``) rather than its first
@@ -140,7 +186,8 @@ def _pattern_breakers(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[i
             continue
         wanted = {(w.group, "recv" if w.op == "send" else "send", w.waiter)
                   for w in cycle if w.target == r and w.seq is None}
-        if first > 0 and any(_skipped_once(tokens, first, t) for t in sorted(wanted)):
+        if first > 0 and any(_skipped_once(tokens, first, t) or _skipped_in_step(tokens, first, t)
+                             for t in sorted(wanted)):
             out[r] = True
     return out
 
