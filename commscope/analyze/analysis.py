@@ -32,6 +32,7 @@ from commscope.analyze.align.match import (
     match_p2p,
 )
 from commscope.analyze.align.progress import build_progress
+from commscope.analyze.answer import Answer, make_answer
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.findings import diagnose, verdict
 from commscope.analyze.diagnose.hosts import host_rows, hosts_to_exclude
@@ -73,6 +74,9 @@ class Analysis:
     slowest: list[dict[str, Any]] = field(default_factory=list)
     """Per group, the ranks that arrive last most often and what it costs the others
     (:func:`~.summary.slowest_rows`)."""
+    answer: Answer = field(default_factory=lambda: Answer(headline=""))
+    """The first screen: headline, root cause, stuck places, what next, notes
+    (:mod:`~.answer`)."""
 
     @property
     def root_cause(self) -> Finding:
@@ -84,6 +88,7 @@ class Analysis:
         return {
             "format": FORMAT,
             "verdict": self.verdict,
+            "answer": self.answer.to_json(),
             "ranks": {
                 "expected": list(self.expected),
                 "loaded": list(self.loaded),
@@ -120,8 +125,10 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
                   else {}, progress=progress)
     findings = diagnose(ctx, straggler_ms=straggler_ms, stall_s=stall_s)
     loaded = sorted(load.dumps)
+    decided = verdict(findings)
+    stuck = stuck_lines(findings, load, groups, ctx.hosts)
     return Analysis(
-        verdict=verdict(findings),
+        verdict=decided,
         expected=expected,
         loaded=loaded,
         missing=sorted(set(expected) - set(loaded)),
@@ -132,8 +139,9 @@ def analyze_loaded(load: LoadResult, *, world_size: int | None = None,
         load=load,
         elapsed_s=time.perf_counter() - start,
         hosts=ctx.hosts,
-        stuck=stuck_lines(findings, load, groups, ctx.hosts),
+        stuck=stuck,
         slowest=slowest_rows(ctx.arrivals or {}, groups, ctx.hosts, straggler_ms),
+        answer=make_answer(decided, findings, load, ctx.hosts, stuck),
     )
 
 

@@ -186,6 +186,12 @@ class Track:
     a ``range`` when the track is the whole file in order)."""
     mk: array | None = None
     """Match-key ids, filled in after loading (``array('l')``)."""
+    duration: array | None = None
+    """On a device backend with timing: how long the device spent in each collective
+    (ns, from ``duration_ms``; 0 when not recorded; ``array('q')``), else ``None``."""
+    done: array | None = None
+    """With :attr:`duration`: when each collective's completion was seen
+    (``time_discovered_completed_ns``, 0 when not; ``array('q')``)."""
 
     @property
     def hi(self) -> int:

@@ -33,7 +33,8 @@ from commscope.analyze.align.arrivals import (
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
 from commscope.analyze.text import frame_text, place_text, rank_list
 
-__all__ = ["stuck_lines", "slowest_rows", "slowest_lines", "group_name", "call_text"]
+__all__ = ["stuck_lines", "culprit_line", "who_text", "slowest_rows", "slowest_lines",
+           "group_name", "call_text"]
 
 
 @dataclass
@@ -46,7 +47,7 @@ class _Job:
     hosts: HostMap
 
 
-_MAX_LINES = 8
+_MAX_LINES = 10
 """Stuck places shown; more are counted in one last line."""
 
 
@@ -61,9 +62,10 @@ def group_name(g: Group | None, key: str = "") -> str:
 
 
 def call_text(f: Finding) -> str:
-    """``all_reduce #5 of mesh_dp``: the collective a finding is about."""
-    what = f.op or "a collective"
+    """``all_reduce #5 of mesh_dp``: the collective a finding is about (``a collective of
+    mesh_dp`` when neither its op nor its number is known)."""
     seq = f" #{f.collective_seq_id}" if f.collective_seq_id else ""
+    what = f.op or ("collective" if seq else "a collective")
     return f"{what}{seq} of {group_name(f.group)}"
 
 
@@ -71,7 +73,13 @@ def _doing(f: Finding) -> str:
     """What the culprits did, or did not do, in a few words."""
     kind = f.kind
     one = len(f.culprit_ranks) == 1
+    side = f.details.get("side") if isinstance(f.details, dict) else None
+    if kind == "device_stopped":
+        return f"device stopped (its peers finished {call_text(f)}, not it)" \
+            if f.collective_seq_id else "device stopped"
     if kind == "missing_rank":
+        if side == "thread":
+            return f"thread stopped: never issued {call_text(f)}"
         return f"never reached {call_text(f)}"
     if kind == "crashed_rank":
         return "crashed"
@@ -91,9 +99,13 @@ def _doing(f: Finding) -> str:
     return f"{kind.replace('_', ' ')} in {call_text(f)}"
 
 
-def _where(a: _Job, f: Finding, rank: int) -> str:
+def _where(load: LoadResult, f: Finding, rank: int) -> str:
+    """Where a culprit is, as the user's line: where it raised, where its main thread
+    was when it dumped, else the record the finding names (``""`` when none is known)."""
+    if f.kind == "device_stopped":
+        return ""  # its thread went on: where it issued says nothing of the device
     frames = f.details.get("frames") if isinstance(f.details, dict) else None
-    d = a.load.dumps.get(rank)
+    d = load.dumps.get(rank)
     if d is not None and f.kind == "crashed_rank" and d.exception is not None \
             and d.exception[2] is not None:
         return place_text(d.exception[2])  # where it raised
@@ -105,80 +117,140 @@ def _where(a: _Job, f: Finding, rank: int) -> str:
     return ""
 
 
-def _waits_in(a: _Job, rank: int) -> tuple[str, str] | None:
-    """``all_reduce #5 of default_pg``: the oldest unfinished collective of ``rank`` (where
-    its progress stops; later ones may be issued asynchronously behind it)."""
+def culprit_line(f: Finding, load: LoadResult, hosts: HostMap) -> str:
+    """``rank 3 (hostB) at train.py:148 in _train — never reached all_reduce #3 of
+    mesh_dp``: a finding's culprits, where they are (when they are all at one place) and
+    what they did not do (``""`` for a finding without culprits)."""
+    culprits = sorted(f.culprit_ranks)
+    if not culprits:
+        return ""
+    places = {_where(load, f, r) for r in culprits}
+    at = places.pop() if len(places) == 1 else ""
+    return f"{who_text(culprits, hosts)}{f' at {at}' if at else ''} — {_doing(f)}"
+
+
+def _waits_in(a: _Job, rank: int) -> tuple[str, str, str] | None:
+    """``("all_reduce #5", "default_pg", "")`` or ``("recv", "mesh_pp", "from rank 3")``:
+    the oldest unfinished op of ``rank`` (where its progress stops; later ones may be
+    issued asynchronously behind it), its group, and its peer."""
     d = a.load.dumps.get(rank)
     if d is None:
         return None
     for group, seq, index in d.pending:
         if seq < 0:  # a send or recv
             op = next((o for o in d.p2p if o.index == index), None)
-            if op is None:
+            if op is None or not op.settled:
                 continue
-            peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}" \
+            peer = f"{'to' if op.op == 'send' else 'from'} rank {op.peer}" \
                 if op.peer is not None else ""
-            return f"{op.op}{peer}", group_name(a.groups.get(group))
+            return op.op, group_name(a.groups.get(group)), peer
         t = d.tracks.get(group)
         if t is None or not t.lo <= seq <= t.hi:
             continue
         sid = t.sig[seq - t.lo]
-        op = a.load.sigs.sigs[sid].op if 0 <= sid < len(a.load.sigs.sigs) else "a collective"
-        return f"{op} #{seq}", group_name(a.groups.get(group))
+        op = a.load.sigs.sigs[sid].op if 0 <= sid < len(a.load.sigs.sigs) else "collective"
+        return f"{op} #{seq}", group_name(a.groups.get(group)), ""
     return None
 
 
-def _who(a: _Job, ranks: list[int]) -> str:
+def who_text(ranks: list[int], hosts: HostMap) -> str:
+    """``rank 6 (hostA)``, ``ranks 2, 3 (on hostB)``: ranks, with their hosts when the
+    job spans several (up to three hosts named)."""
+    several = len(hosts.hosts()) > 1
     if len(ranks) == 1:
-        host = a.hosts.host(ranks[0]) if len(a.hosts.hosts()) > 1 else None
+        host = hosts.host(ranks[0]) if several else None
         return f"rank {ranks[0]}" + (f" ({host})" if host else "")
-    hosts = {a.hosts.host(r) for r in ranks} - {None}
-    on = f" (on {', '.join(sorted(h for h in hosts if h))})" if len(a.hosts.hosts()) > 1 \
-        and 0 < len(hosts) <= 3 else ""
-    return f"ranks {rank_list(ranks)}{on}"
+    names = sorted({h for h in (hosts.host(r) for r in ranks) if h})
+    on = f" (on {', '.join(names)})" if several and 0 < len(names) <= 3 else ""
+    return f"ranks {rank_list(ranks, 8)}{on}"
+
+
+@dataclass
+class _Waiting:
+    """Ranks that wait alike: in one op (the groups and peers told together)."""
+
+    ranks: list[int]
+    what: str
+    groups: list[str]
+    peers: list[str]
+    device: bool
+
+
+def _peer_text(peers: list[str]) -> str:
+    """``from ranks 4-7``: the peers of alike send/recv waits, told once."""
+    if not peers:
+        return ""
+    if len(peers) == 1:
+        return f" {peers[0]}"
+    word = peers[0].split()[0]
+    nums = [int(p.rsplit(" ", 1)[-1]) for p in peers if p.rsplit(" ", 1)[-1].isdigit()]
+    return f" {word} ranks {rank_list(nums, 6)}" if nums else ""
+
+
+def _groups_text(names: list[str]) -> str:
+    """``dp_0, dp_1`` or ``4 groups (dp_0, dp_1, ...)``."""
+    names = list(dict.fromkeys(names))
+    return ", ".join(names) if len(names) <= 3 else \
+        f"{len(names)} groups ({', '.join(names[:2])}, ...)"
+
+
+def _waiting_line(a: _Job, w: _Waiting) -> str:
+    one = len(w.ranks) == 1
+    where = f"{w.what}{_peer_text(sorted(set(w.peers)))} of {_groups_text(w.groups)}"
+    if w.device:  # a device's queue: its oldest op holds it, its thread waits nowhere
+        return f"{who_text(w.ranks, a.hosts)} — oldest unfinished op {where}"
+    return f"{who_text(w.ranks, a.hosts)} {'waits' if one else 'wait'} in {where}"
 
 
 def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Group],
-                hosts: HostMap) -> list[str]:
-    """The summary lines of an analysis's findings (``[]`` when nothing blocks)."""
+                hosts: HostMap, limit: int = _MAX_LINES) -> list[str]:
+    """The summary lines of an analysis's findings (``[]`` when nothing blocks): each
+    blocking finding's culprits where they are, then the ranks that wait on them, each
+    where it waits; every line told once (alike waits folded: the same op of the same
+    group, peers listed together), at most ``limit`` lines, the rest counted."""
     a = _Job(findings, load, groups, hosts)
     lines: list[str] = []
+    waits: dict[tuple[str, bool], _Waiting] = {}
+    order: list[str | tuple[str, bool]] = []
+    told: set[int] = set()
     blocking = [f for f in a.findings if f.blocking]
-    for f in blocking[:_MAX_LINES]:
+    for f in blocking:
         culprits = sorted(f.culprit_ranks)
         if culprits:
-            places = {r: _where(a, f, r) for r in culprits}
-            same = len(set(places.values())) == 1
-            at = places[culprits[0]] if same else ""
-            lines.append(f"{_who(a, culprits)}{f' at {at}' if at else ''} — {_doing(f)}")
+            line = culprit_line(f, load, hosts)
+            if line not in order:
+                order.append(line)
+            told.update(culprits)
         victims = sorted(set(f.victims) - set(culprits))
         if victims:
-            lines.append(f"{_who(a, victims)} died in {call_text(f)} (its victims)")
-        waiting = sorted(set(f.waiting_ranks) - set(culprits) - set(victims))
+            order.append(f"{who_text(victims, a.hosts)} died in {call_text(f)} (its victims)")
+            told.update(victims)
+        waiting = sorted(set(f.waiting_ranks) - set(culprits) - set(victims) - told)
         if waiting and f.details.get("dead_culprit"):  # they came through the call
             verb = "waits" if len(waiting) == 1 else "wait"
-            lines.append(f"{_who(a, waiting)} {verb} on "
+            order.append(f"{who_text(waiting, a.hosts)} {verb} on "
                          f"{'it' if len(culprits) == 1 else 'them'} further on")
-        elif waiting:
-            # each where it waits: in the call itself, or further on, behind someone
-            # who waits in it
-            by_place: dict[str, dict[str, list[int]]] = {}
-            for r in waiting:
-                what, group = _waits_in(a, r) or (call_text(f).split(" of ")[0],
-                                                  group_name(f.group))
-                by_place.setdefault(what, {}).setdefault(group, []).append(r)
-            own = call_text(f).split(" of ")[0]
-            for what, groups in sorted(by_place.items(),
-                                       key=lambda kv: (kv[0] != own, min(min(v) for v in
-                                                                         kv[1].values()))):
-                ranks = sorted(r for v in groups.values() for r in v)
-                names = sorted(groups, key=lambda g: min(groups[g]))
-                of = ", ".join(names) if len(names) <= 3 else \
-                    f"{len(names)} groups ({', '.join(names[:2])}, ...)"
-                verb = "waits" if len(ranks) == 1 else "wait"
-                lines.append(f"{_who(a, ranks)} {verb} in {what} of {of}")
-    if len(blocking) > _MAX_LINES:
-        lines.append(f"... and {len(blocking) - _MAX_LINES} more stuck places (findings below)")
+            told.update(waiting)
+            continue
+        for r in waiting:
+            d = load.dumps.get(r)
+            device = bool(d is not None and d.kind is not None and d.kind.device)
+            what, group, peer = _waits_in(a, r) or (call_text(f).split(" of ")[0],
+                                                    group_name(f.group), "")
+            key = (what, device)
+            if key not in waits:
+                waits[key] = _Waiting([], what, [], [], device)
+                order.append(key)
+            waits[key].ranks.append(r)
+            waits[key].groups.append(group)
+            if peer:
+                waits[key].peers.append(peer)
+            told.add(r)
+    for item in order:
+        lines.append(item if isinstance(item, str) else _waiting_line(a, waits[item]))
+    if len(lines) > limit:
+        rest = len(lines) - (limit - 1)
+        lines = [*lines[:limit - 1], f"... and {rest} more stuck places (findings below)"]
     return lines
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-__all__ = ["rank_list", "ranks_phrase", "plural", "frame_text", "place_text", "ms"]
+__all__ = ["rank_list", "ranks_phrase", "plural", "frame_text", "place_text", "ms",
+           "UNKNOWN_LINE"]
+
+UNKNOWN_LINE = "an unknown line (no stack recorded)"
+"""Where a record without a stack is: read after "at" (PyTorch's dumps without stack
+traces, records whose frames were dropped)."""
 
 
 def rank_list(ranks: Iterable[int], limit: int = 12) -> str:
@@ -41,9 +46,10 @@ def plural(n: int, word: str) -> str:
 
 
 def frame_text(frame: tuple[str, str, int] | None) -> str:
-    """``train.py:42 in step`` for a (name, filename, line) frame."""
+    """``train.py:42 in step`` for a (name, filename, line) frame; ``an unknown line (no
+    stack recorded)`` without one (it reads after "at" like a place)."""
     if frame is None:
-        return "no stack recorded"
+        return UNKNOWN_LINE
     name, filename, line = frame
     return f"{os.path.basename(filename) or filename}:{line} in {name}"
 
@@ -51,7 +57,7 @@ def frame_text(frame: tuple[str, str, int] | None) -> str:
 def place_text(place: tuple[str, str, int, str] | None) -> str:
     """``loader.py:42 in load_batch (time.sleep(60))``: a frame and the line it runs."""
     if place is None:
-        return "no stack recorded"
+        return UNKNOWN_LINE
     name, filename, line, code = place
     where = f"{os.path.basename(filename) or filename}:{line} in {name}"
     return f"{where} ({code})" if code else where

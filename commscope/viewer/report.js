@@ -39,15 +39,25 @@
     return out.length > 12 ? out.slice(0, 12).join(", ") + ", ... (" + list.length + " ranks)" : out.join(", ");
   }
 
+  // The answer first (commscope/analyze/answer.py): the verdict and its headline in the
+  // banner, then the root cause, the other stuck places, what to do next and the notes.
   function header(app, data) {
     var a = data.analysis;
+    var ans = a.answer || {};
     app.appendChild(el("h1", null, "commscope analysis"));
     app.appendChild(el("p", { "class": "sub" },
       (data.source || "") + " \u00b7 generated " + data.generated + " \u00b7 " + a.format));
     var box = el("div", { "class": "verdict " + a.verdict, id: "verdict" });
     box.appendChild(el("strong", null, a.verdict.toUpperCase()));
-    box.appendChild(el("span", null, WORDS[a.verdict] || ""));
+    var head = ans.headline || "";
+    var colon = head.indexOf(": ");
+    box.appendChild(el("span", { id: "headline" },
+      colon >= 0 ? head.slice(colon + 2) : (WORDS[a.verdict] || "")));
     app.appendChild(box);
+    lines(app, "Root cause", "root-cause", ans.root_cause);
+    lines(app, "Where it is stuck", "stuck", ans.stuck);
+    lines(app, "What to do next", "next", ans.next);
+    lines(app, "Notes", "notes", ans.notes);
     var ranks = el("p", { "class": "ranks", id: "ranks" });
     ranks.appendChild(el("span", null, "expected: " + rankText(a.ranks.expected)));
     ranks.appendChild(el("span", null, "loaded: " + rankText(a.ranks.loaded)));
@@ -55,13 +65,14 @@
     app.appendChild(ranks);
   }
 
-  function stuck(app, data) {
-    var lines = data.analysis.stuck || [];
-    if (!lines.length) { return; }
-    app.appendChild(el("h2", null, "Where it is stuck"));
-    var list = el("ul", { "class": "stuck", id: "stuck" });
-    lines.forEach(function (line) { list.appendChild(el("li", null, line)); });
-    app.appendChild(list);
+  function lines(app, title, id, items) {
+    if (!items || !items.length) { return; }
+    var box = el("section", { "class": "answer", id: id + "-section" });
+    box.appendChild(el("h2", null, title));
+    var list = el("ul", { "class": "answer-list", id: id });
+    items.forEach(function (line) { list.appendChild(el("li", null, line)); });
+    box.appendChild(list);
+    app.appendChild(box);
   }
 
   // Who waits for whom: an SVG drawn by the analyzer (commscope/analyze/present/waitsvg.py),
@@ -123,6 +134,7 @@
     app.appendChild(el("h2", null, "Findings, root cause first"));
     var list = el("ol", { "class": "findings", id: "findings" });
     data.analysis.findings.forEach(function (f, i) {
+      if (data.notes && data.notes[i]) { return; }  // told once, among the notes
       var item = el("li", { "class": i === 0 ? "root" : "" });
       item.appendChild(el("span", { "class": "kind" + (data.blocking[i] ? " blocking" : "") }, f.kind));
       item.appendChild(el("span", { "class": "message" }, f.message));
@@ -247,16 +259,16 @@
     var data = JSON.parse(document.getElementById("commscope-data").textContent);
     app.textContent = "";
     header(app, data);
-    stuck(app, data);
     waitGraph(app, data);
     findings(app, data);
     slowest(app, data);
     hosts(app, data);
-    table(app, "Groups", "groups", [
-      ["name", "group"], ["desc", "desc"], ["ranks", "ranks"], ["membership", "membership from"],
-      ["recorded", "recorded"], ["compared", "compared", true], ["mismatches", "mismatches", true],
-      ["frontier", "stops at"], ["nodump", "no dump"], ["p2p", "send/recv unfinished"]
-    ], data.groups, "no group recorded anything");
+    table(app, "Groups", "groups", (data.group_columns || []).map(function (c) {
+      return [c, c, c === "compared" || c === "mismatches"];
+    }), data.groups, "no group recorded anything");
+    (data.groups_after || []).forEach(function (line) {
+      app.appendChild(el("p", { "class": "meta groups-after" }, line));
+    });
     timeline(app, data);
     table(app, "Files not used as they are", "unreadable", [["file", "file"], ["error", "why"]],
       data.analysis.unreadable, "every file was read");

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from commscope.analyze import analyze, write_html
+from commscope.analyze.answer import is_note
+from commscope.analyze.present.report import group_table
 from commscope.analyze.synth import SyntheticJob
 
 pytestmark = pytest.mark.browser
@@ -31,17 +33,22 @@ def test_report_shows_verdict_and_findings(page, tmp_path, name, verdict, kind):
     page.wait_for_selector("#findings li")
     assert page.errors == []
     assert page.text_content("#verdict strong") == verdict.upper()
+    # the banner says the answer: the verdict, then who and what
+    assert page.text_content("#headline") == result.answer.headline.split(": ", 1)[1]
     items = page.query_selector_all("#findings li")
-    assert len(items) == len(result.findings)
+    assert len(items) == len([f for f in result.findings if not is_note(f)])
     first = items[0]
     assert first.query_selector(".kind").text_content() == kind
     assert first.query_selector(".message").text_content() == result.findings[0].message
-    assert page.query_selector_all("#groups tr")  # header + one row per group
-    assert len(page.query_selector_all("#groups tr")) == len(result.groups) + 1
-    # one line per stuck place above the findings, as in the text report (none: no list)
+    rows, _ = group_table(result)
+    assert len(page.query_selector_all("#groups tr")) == len(rows) + 1  # and the header
+    # the root cause and one line per other stuck place, as in the text report
+    root = [li.text_content() for li in page.query_selector_all("#root-cause li")]
     shown = [li.text_content() for li in page.query_selector_all("#stuck li")]
-    assert shown == result.stuck
-    assert bool(shown) == any(f.blocking for f in result.findings)
+    assert root == result.answer.root and shown == result.answer.stuck
+    assert set(root + shown) <= set(result.stuck) | set(root)
+    assert bool(root + shown) == any(f.blocking for f in result.findings) or (
+        verdict in ("desync", "crash"))
 
 
 def test_timeline_marks_stuck_collectives(page, tmp_path):
@@ -145,7 +152,7 @@ def test_a_crashed_host_is_named_to_leave_out(page, tmp_path):
     assert page.errors == []
     assert page.text_content("#exclude-hosts") == (
         "Leave out on restart: hostB (--json: exclude_hosts)")
-    assert page.text_content("#groups tr:nth-child(2) td:nth-child(9)") == "3 (hostB, pid 4003)"
+    assert "no dump: 3 (hostB, pid 4003)" in page.text_content("#groups tr:nth-child(2) td:nth-child(7)")
 
 
 def test_hosts_fold_at_scale(page, tmp_path):

@@ -116,8 +116,10 @@ def test_cycle_is_reported_once():
 
 def test_json_has_exactly_the_documented_shape():
     result = analyze(DATA / "missing_rank").to_json()
-    assert list(result) == ["format", "verdict", "ranks", "unreadable", "other_jobs",
+    assert list(result) == ["format", "verdict", "answer", "ranks", "unreadable", "other_jobs",
                             "findings", "hosts", "exclude_hosts", "stuck", "slowest"]
+    assert list(result["answer"]) == ["headline", "root_cause", "stuck", "next", "notes"]
+    assert result["answer"]["headline"].startswith("HANG: rank 2 ")
     assert result["format"] == FORMAT == "commscope.analysis/2"
     assert list(result["ranks"]) == ["expected", "loaded", "missing"]
     for f in result["findings"]:

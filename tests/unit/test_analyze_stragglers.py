@@ -114,7 +114,7 @@ def _job(folder: Path, hosts: dict[int, str], late: dict[int, list[int]], steps:
     ``clock_off``: a rank's clock is that far off rank 0's (its recorded times too);
     with ``measured`` every rank but 0 carries its measured offset (``commscope_clock``),
     as the recorder writes it."""
-    job = SyntheticJob(len(hosts), step_ns=step_ns, timing=False)
+    job = SyntheticJob(len(hosts), backend="gloo", step_ns=step_ns, timing=False)
     for i in range(steps):
         job.collective("all_reduce", arrive={r: lags[i % len(lags)]
                                              for r, lags in late.items()})

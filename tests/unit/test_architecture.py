@@ -36,6 +36,7 @@ or stay inside its own top-level package)."""
 
 STAGES = {
     "analyze": {"text": 0, "model": 1, "read": 2, "align": 3, "diagnose": 4, "summary": 4,
+                "answer": 4.5,
                 "analysis": 5,
                 "present": 6, "command": 7, "synth": 7, "__init__": 8},
     "comm": {"trace": 0, "present": 1, "capture": 2, "examples": 3, "__init__": 4},

@@ -6,7 +6,12 @@ Per group (:func:`group_arrivals`):
    400 000 arrivals are read in all, at least 8 collectives per group) that every member
    with a dump recorded and finished, where they agree (no mismatch).
 2. A rank's arrival at a collective is its ``time_created_ns``, on rank 0's clock when
-   the dumps carry their clock offsets (the reader moves them there). For each
+   the dumps carry their clock offsets (the reader moves them there). On a device
+   backend (NCCL) that is only when the host queued it, ahead of its GPU by any amount:
+   there the arrival is when the device reached it, told from the collective's
+   ``duration_ms`` (timing on: the members end a collective together, so the one that
+   came last spent least time in it, :func:`_device_arrivals`); a group with a member
+   whose dump has no durations is not timed at all. For each
    collective, the last rank to arrive (the highest rank on a tie) and its lag behind
    the first are noted, and how long every other rank waited for the last one. On
    several hosts, a member on another host than rank 0 whose dump (ours) carries no
@@ -40,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commscope.analyze.align.match import GroupView
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, LoadResult, RankDump
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, LoadResult, RankDump, Track
 
 __all__ = ["Arrivals", "HostLag", "Thresholds", "DEFAULT_THRESHOLDS", "STRAGGLER_MS",
            "LAST_SHARE", "MIN_TIMED", "MIN_LOST_SHARE", "group_arrivals", "note_clocks", "tally",
@@ -158,6 +163,9 @@ class Arrivals:
     unaligned: list[int] = field(default_factory=list)
     """Members on another host than rank 0 whose dump (ours) carries no clock offset:
     their times cannot be put on rank 0's clock, so nobody is called a straggler."""
+    device: bool = False
+    """Arrivals of devices (a device backend: told from each collective's duration), not
+    of threads."""
     clock_uncertainty_ns: int = 0
     """The largest uncertainty of the clock offsets of members on another host than
     rank 0: a lag must be twice this before it counts."""
@@ -217,6 +225,27 @@ class Arrivals:
         ranks = [r for r in self.slowest(len(self.last))
                  if r not in on_slow and self.straggles(r, th)]
         return hosts, ranks
+
+
+def _device_arrivals(tracks: list[Track], windows: list[tuple[int, int]]) -> list[array]:
+    """When each member's device reached each collective of the window (step 2 on a
+    device backend): the members of a collective end it together, so a device that
+    came later spent less time in it; its arrival is the collective's end less its own
+    duration. The end is the median of the members' seen completions (the watchdog sees
+    them up to a poll late: this moves every member alike and leaves the lags exact).
+    0 where a member's duration or every completion is missing (not timed)."""
+    out = [array("q", bytes(8 * (b - a))) for a, b in windows]
+    n = windows[0][1] - windows[0][0]
+    for j in range(n):
+        ends = sorted(t.done[a + j] for t, (a, _) in zip(tracks, windows)  # type: ignore[index]
+                      if t.done[a + j] > 0)  # type: ignore[index]
+        if not ends:
+            continue
+        end = ends[len(ends) // 2]
+        for k, (t, (a, _)) in enumerate(zip(tracks, windows)):
+            dur = t.duration[a + j]  # type: ignore[index]
+            out[k][j] = end - dur if dur > 0 else 0
+    return out
 
 
 def tally(got: Arrivals, columns: list[Sequence[int]], ops: Sequence[str],
@@ -283,13 +312,19 @@ def group_arrivals(load: LoadResult, views: dict[str, GroupView], window: int = 
         skip = {m.seq - start for m in view.mismatches if start <= m.seq <= hi}
         first_sigs = tracks[0].sig[start - tracks[0].lo:hi + 1 - tracks[0].lo]  # type: ignore[union-attr]
         sigs = load.sigs.sigs
+        device = any(load.dumps[r].kind is not None and load.dumps[r].kind.device
+                     for r in ranks)
+        if device and any(t.duration is None for t in tracks):  # type: ignore[union-attr]
+            continue  # enqueued, not arrived: nothing says when each GPU came
         columns = []
-        for t in tracks:
-            a, b = start - t.lo, hi + 1 - t.lo  # type: ignore[union-attr]
-            created = t.created[a:b]  # type: ignore[union-attr]
+        windows = [(start - t.lo, hi + 1 - t.lo) for t in tracks]  # type: ignore[union-attr]
+        device_times = _device_arrivals(tracks, windows) if device else None  # type: ignore[arg-type]
+        for k, t in enumerate(tracks):
+            a, b = windows[k]
+            created = device_times[k] if device_times is not None else t.created[a:b]  # type: ignore[union-attr]
             skip.update(unusable(t.sig[a:b], t.status[a:b], created))  # type: ignore[union-attr]
             columns.append(created)
-        got = Arrivals(ranks=ranks, lo=start, hi=hi)
+        got = Arrivals(ranks=ranks, lo=start, hi=hi, device=device)
         note_clocks(got, load.dumps, host.get)
         ops = [sigs[sid].op if 0 <= sid < len(sigs) else "?" for sid in first_sigs]
         tally(got, columns, ops, skip)

@@ -76,14 +76,28 @@ class Context:
         """``broadcast #3 of group 0`` and its frame: the rank's newest record."""
         d = self.load.dumps.get(rank)
         if d is None or d.last is None:
-            return "no collective recorded", None
+            return "nothing (its dump holds no record)", None
         group, seq, index = d.last
         frame = self.frames.frame(rank, index)
         if seq < 0:
             op = next((o for o in d.p2p if o.index == index), None)
-            what = f"{op.op} to/from rank {op.peer}" if op else "a p2p op"
+            if op is None:
+                what = "a send/recv"
+            else:
+                side = "to" if op.op == "send" else "from"
+                what = f"{op.op} {side} rank {op.peer}" if op.peer is not None else op.op
             return f"{what} in {self.group_ref(group)}", frame
         return f"{self.op_at(rank, group, seq)} of {self.group_ref(group)}", frame
+
+    def last_text(self, rank: int) -> str:
+        """``all_reduce #3 of group 0 at train.py:42 in step``: the rank's newest record
+        and where it was issued (``(no stack recorded)`` when its dump has no stacks,
+        ``nothing (its dump holds no record)`` when it has no record)."""
+        activity, frame = self.last_activity(rank)
+        if frame is not None:
+            return f"{activity} at {frame_text(frame)}"
+        d = self.load.dumps.get(rank)
+        return activity if d is None or d.last is None else f"{activity} (no stack recorded)"
 
     def group_ref(self, group: str) -> str:
         """``group 0`` or ``group mesh_dp (d876ba23)`` (see :meth:`Group.ref`)."""

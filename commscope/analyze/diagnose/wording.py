@@ -39,8 +39,7 @@ def _busy(ctx: Context, rank: int) -> bool:
 def _now(ctx: Context, rank: int) -> tuple[str, str]:
     """(what kind of place, its text) of one rank: ranks with equal pairs are told as one."""
     d = ctx.load.dumps.get(rank)
-    activity, frame = ctx.last_activity(rank)
-    last = f"{activity} at {frame_text(frame)}"
+    last = ctx.last_text(rank)
     if d is None:
         return "last", last
     if ctx.frames.has_threads(rank):

@@ -48,9 +48,10 @@ from typing import Any
 
 from commscope.analyze.align.match import p2p_channels
 from commscope.analyze.analysis import Analysis
+from commscope.analyze.answer import is_note
 from commscope.analyze.model import COMPLETED, GAP, RETIRED, Group, P2POp, RankDump, Track
 from commscope.analyze.present.byhost import HostView, host_section, ranks_with_hosts
-from commscope.analyze.present.report import p2p_stops
+from commscope.analyze.present.report import GROUP_COLUMNS, group_table
 from commscope.analyze.present.waitgraph import wait_graph
 from commscope.analyze.present.waitsvg import render_svg
 from commscope.analyze.read.frame_source import FrameSource
@@ -393,28 +394,6 @@ def timeline_data(a: Analysis, *, max_ranks: int = 32, max_per_track: int = 60) 
     return {"span_us": round((horizon - t0) / 1e3, 1), "lanes": lanes}
 
 
-def _group_table(a: Analysis) -> list[dict[str, Any]]:
-    rows = []
-    view = HostView.of(a.hosts)
-    for key in sorted(a.views, key=lambda k: (len(k), k))[:500]:
-        v = a.views[key]
-        spans = list(v.spans.values())
-        f = v.frontier
-        rows.append({
-            "name": v.group.display, "full_name": v.group.name, "desc": v.group.desc,
-            "ranks": rank_list(v.group.ranks, 6),
-            "membership": v.group.membership,
-            "recorded": (f"#{min(lo for lo, _ in spans)}-#{max(hi for _, hi in spans)}"
-                         if spans and max(hi for _, hi in spans) > 0 else ""),
-            "compared": v.checked, "mismatches": len(v.mismatches) + v.more_mismatches,
-            "frontier": (f"#{f.seq}: waiting {rank_list(f.waiting, 4)}, never came "
-                         f"{ranks_with_hosts(f.lack, view, 4)}" if f else ""),
-            "nodump": ranks_with_hosts(v.nodump, view, 6) if v.nodump else "",
-            "p2p": p2p_stops(a, key),
-        })
-    return rows
-
-
 def _asset(name: str) -> str:
     return resources.files("commscope").joinpath("viewer", name).read_text(encoding="utf-8")
 
@@ -432,6 +411,7 @@ def html_report(a: Analysis, title: str | None = None) -> str:
     """The analysis as one self-contained HTML page (see module doc)."""
     doc = a.to_json()
     view = HostView.of(a.hosts)
+    groups, groups_after = group_table(a)
     data = {
         "analysis": doc,
         "hosts": host_section(a, doc["hosts"], doc["exclude_hosts"]),
@@ -443,9 +423,13 @@ def html_report(a: Analysis, title: str | None = None) -> str:
         } for f in a.findings] if view.several else None,
         "kinds": [f.kind for f in a.findings],
         "blocking": [f.blocking for f in a.findings],
+        # the findings the answer folded into its notes (listed there, not below)
+        "notes": [is_note(f) for f in a.findings],
         # hash-named groups (member-only creation) shown by their short name
         "group_labels": [f.group.display if f.group else None for f in a.findings],
-        "groups": _group_table(a),
+        "group_columns": list(GROUP_COLUMNS),
+        "groups": groups,
+        "groups_after": groups_after,
         "timeline": timeline_data(a),
         "wait_graph": _wait_graph(a),
         "source": a.load.root,

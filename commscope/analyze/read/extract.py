@@ -392,12 +392,34 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
         dump.ends = record_end_times(cols, entries, kept)
     if kept is not None:
         _renumber(dump, kept)
+    if dump.started_seen and _device_named(data, dump.backend):
+        ends = dump.ends if dump.ends is not None else record_end_times(cols, entries, kept)
+        _device_times(dump, entries, ends)
     _align_clock(data, dump, problems)
     dump.kind = detect_kind(dump, data)
     if dump.kind.active_only:
         dump.wrapped = False  # its first record_id is its oldest unfinished entry's
     dump.problems = problems
     return dump
+
+
+def _device_times(dump: RankDump, entries: list[Any], ends: array) -> None:
+    """Each track's ``duration`` and ``done`` columns on a device backend with timing:
+    how long the device spent in each collective (``duration_ms``, from its CUDA events)
+    and when its completion was seen (``ends``: by position in the file); 0 when not
+    recorded. The analyzer times arrivals from them (a call's ``time_created_ns`` there
+    is its enqueue). A dump without any duration keeps ``None``."""
+    for t in dump.tracks.values():
+        durs = array("q", bytes(8 * len(t.sig)))
+        done = array("q", bytes(8 * len(t.sig)))
+        for j, i in enumerate(t.index):
+            e = entries[i] if 0 <= i < len(entries) else None
+            dur = e.get("duration_ms") if isinstance(e, dict) else None
+            if type(dur) in (int, float) and 0 <= dur < 1e9:
+                durs[j] = int(dur * 1e6)
+                done[j] = ends[i] if i < len(ends) else 0
+        if any(durs):
+            t.duration, t.done = durs, done
 
 
 def _device_named(data: dict[str, Any], backend: str) -> bool:
@@ -434,6 +456,8 @@ def _align_clock(data: dict[str, Any], dump: RankDump, problems: list[str]) -> N
 
     for t in dump.tracks.values():
         t.created = shifted(t.created)
+        if t.done is not None:
+            t.done = shifted(t.done)
     if dump.ends is not None:
         dump.ends = shifted(dump.ends)
     for op in dump.p2p:

@@ -60,8 +60,7 @@ def _where(ctx: Context, rank: int, index: int) -> str:
 
 def _last_issued(ctx: Context, rank: int) -> str:
     """``all_reduce #3 of group 21 at train.py:88 in step``: the rank's newest record."""
-    activity, frame = ctx.last_activity(rank)
-    return f"{activity} at {frame_text(frame)}"
+    return ctx.last_text(rank)
 
 
 def _behind_text(ctx: Context, culprits: set[int], direct: Iterable[int], graph_reach: set[int]
@@ -232,7 +231,8 @@ def _thread_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgre
                f"issued (it has no unfinished op), so {thread}.")
     direct = sorted({w for ws in root.missing.values() for w in ws})
     reach = reaching({rank}, qg.graph)
-    sig = ctx.sig(direct[0], group, seq) if seq is not None else None
+    first = sorted(root.missing[(group, seq, op)])[0]
+    sig = ctx.sig(first, group, seq) if seq is not None else None
     return Finding(
         kind="p2p_unmatched" if p2p else "missing_rank", group=ctx.groups.get(group),
         collective_seq_id=seq, op=sig.op if sig else (op if p2p else None),
