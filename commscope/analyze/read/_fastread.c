@@ -670,10 +670,16 @@ static int step(Reader *r, int *stop)
             r->p += 2;
             return push(r, PyLong_FromLong(v));
         }
-    case 0x8a: { /* LONG1: up to 8 bytes here (beyond: the standard path) */
+    case 0x8a: { /* LONG1: up to 8 bytes, or 9 for an unsigned 64-bit value (a
+                  * fingerprint: 8 bytes and a zero sign byte); beyond: the standard path */
         if (!need(r, 1))
             return DECLINE;
         int n = r->p[0];
+        if (n == 9 && need(r, 10) && r->p[9] == 0 && (r->p[8] & 0x80)) {
+            unsigned long long big = read_le(r->p + 1, 8);
+            r->p += 10;
+            return push(r, PyLong_FromUnsignedLongLong(big));
+        }
         if (n > 8 || !need(r, 1 + n))
             return DECLINE;
         unsigned long long u = read_le(r->p + 1, n);
