@@ -863,6 +863,43 @@ def healthy_dump_at_end(rank: int, world: int) -> None:
     time.sleep(0.5)
 
 
+def _unretired(snapshot: bytes) -> bool:
+    """Whether the newest record of PyTorch's native dump ``snapshot`` (this process's
+    own) is not marked retired."""
+    import pickle
+
+    entries = pickle.loads(snapshot)["entries"]
+    return bool(entries) and not entries[-1].get("retired")
+
+
+def _keep_native(rank: int, snapshot: bytes) -> None:
+    """Make ``snapshot`` the rank's native dump (``native/rank_<N>``), in place of the one
+    mirrored from its last commscope dump."""
+    out = Path(flight.config().dump_prefix).parent.parent  # type: ignore[union-attr]
+    write_atomic(str(out / "native" / f"rank_{rank}"), snapshot)
+
+
+def healthy_native_dump_at_exit(rank: int, world: int) -> None:
+    """A healthy loop of all_reduces whose ranks take PyTorch's native dump
+    (``_dump_fr_trace``) right after each step's all_reduce returns, as an exit hook
+    does after the last one. gloo's worker marks a collective retired just after the
+    call returns, so a snapshot can hold the collective just finished unmarked. The job
+    stops at the first step where some ranks' snapshots hold it so and the others' do
+    not, and keeps those snapshots as its native dumps; it dumps ours at the end."""
+    t = torch.ones(1 << 12)
+    snapshot = b""
+    for _ in range(200):
+        dist.all_reduce(t)
+        snapshot = _native_bytes()
+        caught = torch.tensor([float(_unretired(snapshot))])
+        dist.all_reduce(caught)
+        if 0 < caught.item() < world:
+            break
+    flight.dump()
+    _keep_native(rank, snapshot)
+    time.sleep(0.3)
+
+
 def pipeline_skip_recv_send_cycle(rank: int, world: int) -> None:
     act, grad = torch.ones(8), torch.ones(8)
     dist.all_reduce(torch.ones(2))
@@ -1767,6 +1804,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                     says=["batches.get()", "thread loader", "lock.acquire()"])),
     Scenario("healthy_dump_at_end", 3, healthy_dump_at_end, Expect("healthy", "healthy"),
              Expect("healthy", "healthy")),
+    # issue 37 item 3: a finished collective whose native record is not yet retired
+    Scenario("healthy_native_dump_at_exit", 4, healthy_native_dump_at_exit,
+             Expect("healthy", "healthy"),
+             Expect("healthy", "stalled_collective", says=["caught it finishing: not a hang"])),
     Scenario("pipeline_skip_recv_send_cycle", 2, pipeline_skip_recv_send_cycle,
              Expect("hang", "p2p_unmatched", [1], waiting=[0], says=["recv fewer"])),
     Scenario("mesh2d_stall_one_rank", 4, mesh2d_stall_one_rank,

@@ -169,12 +169,63 @@ def test_a_timeout_dump_is_judged_by_the_ages(tmp_path):
     assert strict.verdict == "hang"
 
 
-def test_with_no_dump_time_finishing_or_stuck_cannot_be_told(tmp_path):
+def test_with_no_dump_time_gloo_finishes_what_every_member_posted_alike(tmp_path):
+    # PyTorch's native gloo dumps: no time, no reason. Rank 0 had not finished the
+    # all_reduce ranks 1 and 2 finished, and every member issued it alike: gloo cannot
+    # stay inside it, so the dump caught rank 0 finishing (PyTorch retires a gloo call
+    # just after it returns)
     result = analyze(_job_with_one_rank_unfinished(tmp_path, ["x"] * 3, 0.005, ours=False),
                      world_size=3)
     [f] = result.findings
+    assert (result.verdict, role(f)) == ("healthy", "stalled_collective, caught finishing")
+    assert "every member issued it alike" in f.message and "not a hang" in f.message
+
+
+def test_with_no_dump_time_finishing_or_stuck_cannot_be_told(tmp_path):
+    # a broadcast whose root the native records do not keep: alike sizes say too little
+    # (two ranks may each broadcast from themselves and hang), so it cannot be told
+    job = SyntheticJob(3, backend="gloo", ours=False)
+    for _ in range(3):
+        job.collective("broadcast")
+    os.makedirs(tmp_path / "bcast")
+    for r in range(3):
+        data = job.dump(r)
+        if r == 0:
+            data["entries"][-1].update(state="started", retired=False)
+        write_dump(data, str(tmp_path / "bcast" / f"rank_{r}"))
+    result = analyze(tmp_path / "bcast", world_size=3)
+    [f] = result.findings
     assert (result.verdict, role(f)) == ("incomplete", "stalled_collective, age unknown")
     assert "not a hang" not in f.message and "cannot be told" in f.message
+    # every member inside an all_reduce they all issued alike, none finished it: caught
+    # in flight, or a stuck transport; with no time it cannot be told, never a hang
+    job = SyntheticJob(3, backend="gloo", ours=False)
+    job.collective()
+    job.collective(stuck=True)
+    job.write(tmp_path / "flight")
+    result = analyze(tmp_path / "flight", world_size=3)
+    [f] = result.findings
+    assert (result.verdict, role(f)) == ("incomplete", "stalled_collective, age unknown")
+    assert "caught in flight or stuck cannot be told" in f.message and not f.blocking
+
+
+def test_a_collective_before_a_finished_one_of_its_group_finished(tmp_path):
+    # rank 0's record of all_reduce #2 is not marked finished, but its #3, which every
+    # member issued alike, is: a group's calls finish in turn on gloo, only the mark lags
+    for ours in (True, False):
+        job = SyntheticJob(3, backend="gloo", ours=ours)
+        for _ in range(3):
+            job.collective()
+        folder = tmp_path / str(ours)
+        os.makedirs(folder)
+        for r in range(3):
+            data = job.dump(r, reason="api")
+            if r == 0:
+                data["entries"][1].update(state="started", retired=False,
+                                          time_discovered_completed_ns=None)
+            write_dump(data, str(folder / f"rank_{r}"))
+        result = analyze(folder, world_size=3)
+        assert [f.kind for f in result.findings] == ["healthy"], result.findings
 
 
 def test_a_dump_on_demand_of_a_running_job_is_healthy_with_a_note(tmp_path):

@@ -40,8 +40,13 @@ Algorithm (:func:`diagnose`):
    culprit or waiter) gets a ``stalled_collective`` of its own, judged by the op's age
    on the rank's own clock when other members finished it: stuck (blocking) when the
    rank dumped on its own timeout or had been in it ``stall_s`` or longer, caught
-   finishing it (a note, verdict ``healthy``) when younger, undecided when its dump has
-   no time (verdict ``incomplete``). Unfinished work nobody finished is stuck.
+   finishing it (a note, verdict ``healthy``) when younger; when its dump has no time
+   (PyTorch's native dumps), caught finishing if every member issued it alike (gloo
+   finishes a call all its members posted with the same sizes), else undecided
+   (verdict ``incomplete``). Unfinished work nobody finished is stuck, unless every
+   member issued it alike and no dump has a time (undecided). A collective followed on
+   its rank by a finished one of its group, both issued alike by every member, is not
+   unfinished (:func:`commscope.analyze.diagnose.timing.open_work`: only its mark lags).
 10. Remarks: ``unreadable_dump``, ``truncated_history``, ``straggler``; ``healthy`` when
     there is nothing at all. Dumps of a running job asked for on demand, with no wait
     older than ``stall_s``: the waits give way to one ``healthy`` note
@@ -105,7 +110,9 @@ from commscope.analyze.diagnose.timing import (
     ON_DEMAND_STALL_S,
     REASONS,
     caught_running,
+    open_work,
     pending_age_ns,
+    posted_alike,
     stale_dumps,
     stalled_findings,
     straggler_findings,
@@ -188,7 +195,7 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("straggler", "healthy", REASONS),
     ("thread_died", "healthy", _ALL_BUT_NONE),
     ("truncated_history", "healthy", REASONS),
-    ("stalled_collective, caught finishing", "healthy", _ALL_BUT_NONE),
+    ("stalled_collective, caught finishing", "healthy", REASONS),
     ("stalled_collective, age unknown", "incomplete", REASONS),
     ("truncated_history, undecided", "incomplete", REASONS),
     ("unreadable_dump", "incomplete", REASONS),
@@ -450,24 +457,27 @@ def _uncovered_findings(ctx: Context, findings: list[Finding],
     unless it dumped on its own timeout (its watchdog saw the op past the recorder's
     timeout) or had been in it ``stall_s`` or longer (its own clock): then it is stuck
     there. When its dump has no time (PyTorch's native dumps), which of the two cannot
-    be told."""
+    be told, unless every member issued it alike: gloo finishes such a call, so it was
+    caught finishing; and when no member finished a call they all issued alike, with no
+    time, caught in flight or a stuck transport cannot be told (never a hang)."""
     covered: set[int] = set()
     for f in findings:
         if f.blocking:
             covered.update(f.culprit_ranks)
             covered.update(f.waiting_ranks)
     by_place: dict[tuple[str, int], list[int]] = {}
-    for r, d in sorted(ctx.load.dumps.items()):
-        if r in covered or not d.pending:
+    work = {r: open_work(ctx, r) for r in ctx.load.dumps}
+    for r in sorted(ctx.load.dumps):
+        if r in covered or not work[r]:
             continue
-        group, seq, _ = d.pending[0]
+        group, seq, _ = work[r][0]
         by_place.setdefault((group, seq), []).append(r)
     out = []
     for (group, seq), ranks in sorted(by_place.items()):
         g = ctx.groups.get(group)
         r0 = ranks[0]
         d = ctx.load.dumps[r0]
-        index = d.pending[0][2]
+        index = work[r0][0][2]
         frame = ctx.frames.frame(r0, index)
         if seq >= 0:
             what = f"{ctx.op_at(r0, group, seq)} of {g.label() if g else 'group ' + group}"
@@ -478,17 +488,25 @@ def _uncovered_findings(ctx: Context, findings: list[Finding],
         verb = "was" if len(ranks) == 1 else "were"
         reasons = sorted({ctx.load.dumps[r].dump_reason or "?" for r in ranks})
         done_by = _finished_elsewhere(ctx, group, seq, ranks)
-        ages = [pending_age_ns(ctx, r) for r in ranks]
+        ages = [pending_age_ns(ctx, r, work[r]) for r in ranks]
         age = max((a or 0 for a in ages), default=0)
         timed_out = any(ctx.load.dumps[r].dump_reason == "timeout" for r in ranks)
         if done_by and not timed_out and age < stall_s * 1e9:
             they = "it" if len(ranks) == 1 else "they"
             head = (f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
                     f"{they} dumped, though {ranks_phrase(done_by)} finished it: ")
+            alike = posted_alike(ctx, group, seq)
             if all(a is not None for a in ages):
                 details: dict[str, Any] = {"caught": {r: a for r, a in zip(ranks, ages)}}
                 tail = (f"the dump caught {they} finishing it (inside it for {ms(age)}, "
                         f"under the {stall_s:g} s stall threshold), not a hang.")
+            elif alike:
+                details = {"caught": {r: a for r, a in zip(ranks, ages)}}
+                tail = (f"every member issued it alike, and gloo finishes a collective all "
+                        f"its members posted with the same sizes, so the dump caught "
+                        f"{'it' if len(ranks) == 1 else 'them'} finishing: not a hang (a "
+                        "PyTorch-native dump carries no time to say how long it had been "
+                        "inside).")
             else:
                 details = {"undecided": True}
                 tail = ("most likely the dump caught it finishing, but with no dump time "
@@ -499,6 +517,22 @@ def _uncovered_findings(ctx: Context, findings: list[Finding],
                 op=record_op(ctx, r0, group, seq) if seq >= 0 else None,
                 culprit_ranks=[], waiting_ranks=ranks, blocking=False,
                 details=details, message=head + tail,
+            ))
+            continue
+        if not done_by and not timed_out and all(a is None for a in ages) \
+                and posted_alike(ctx, group, seq):
+            they = "it" if len(ranks) == 1 else "they"
+            out.append(Finding(
+                kind="stalled_collective", group=g, collective_seq_id=seq,
+                op=record_op(ctx, r0, group, seq), culprit_ranks=[], waiting_ranks=ranks,
+                blocking=False, details={"undecided": True},
+                message=(f"{ranks_phrase(ranks).capitalize()} had not finished {what} when "
+                         f"{they} dumped, and no member had; every member issued it alike, "
+                         "and gloo finishes a collective all its members posted with the "
+                         "same sizes unless its transport is stuck: with no dump time (a "
+                         "PyTorch-native dump) to say how long they had been inside, caught "
+                         "in flight or stuck cannot be told. Two dumps a minute apart tell "
+                         "which."),
             ))
             continue
         if done_by:

@@ -54,12 +54,13 @@ from commscope.analyze.align.arrivals import (
     group_arrivals,
 )
 from commscope.analyze.diagnose.context import Context
-from commscope.analyze.model import COMPLETED, RETIRED, Finding
+from commscope.analyze.model import COMPLETED, GAP, RETIRED, Finding
 from commscope.analyze.text import frame_text, ms, rank_list, ranks_phrase
+from commscope.collectives import BROADCAST, GATHER, REDUCE, SCATTER
 
 __all__ = ["straggler_findings", "stale_dumps", "stalled_findings", "caught_running",
-           "pending_age_ns", "ON_DEMAND_REASONS", "ON_DEMAND_STALL_S", "REASONS",
-           "reason_class", "job_reason"]
+           "pending_age_ns", "open_work", "posted_alike", "ON_DEMAND_REASONS",
+           "ON_DEMAND_STALL_S", "REASONS", "reason_class", "job_reason"]
 
 _DONE = RETIRED | COMPLETED
 _OLD_NS = 60 * 10**9
@@ -159,7 +160,7 @@ def stalled_findings(ctx: Context) -> list[Finding]:
             continue
         ranks = sorted(view.spans)
         mismatched = {m.seq for m in view.mismatches}
-        candidates = sorted({s for r in ranks for g, s, _ in ctx.load.dumps[r].pending
+        candidates = sorted({s for r in ranks for g, s, _ in open_work(ctx, r)
                              if g == key and 0 < s <= view.min_hi and s not in mismatched})
         for seq in candidates:
             tracks = [ctx.load.dumps[r].tracks[key] for r in ranks]
@@ -239,14 +240,72 @@ ON_DEMAND_STALL_S = 10.0
 """In dumps taken on demand, an op unfinished for less than this is caught mid-flight."""
 
 
-def pending_age_ns(ctx: Context, rank: int) -> int | None:
-    """How long ``rank``'s oldest unfinished op had been running when it dumped, on the
-    rank's own clock (both times are its own: no host's clock is compared with
-    another's); ``None`` without unfinished work or a dump time."""
+_ROOTED = (BROADCAST, REDUCE, GATHER, SCATTER)
+
+
+def posted_alike(ctx: Context, group: str, seq: int) -> bool:
+    """Whether every member of ``group`` left a dump holding collective ``seq`` and they
+    all issued it alike (the same op, sizes, dtypes, root, reduce op; a rooted op only
+    where the records keep its root, as commscope's do: PyTorch's keep none): gloo
+    finishes such a collective unless its transport is stuck (it runs no device queue,
+    and a call it cannot match is a disagreement, never alike)."""
+    g = ctx.groups.get(group)
+    if seq < 0 or ctx.device or g is None or not g.ranks:
+        return False
+    keys = set()
+    for r in g.ranks:
+        d = ctx.load.dumps.get(r)
+        t = d.tracks.get(group) if d is not None else None
+        if t is None or t.mk is None or not t.lo <= seq <= t.hi or t.sig[seq - t.lo] == GAP:
+            return False
+        sig = ctx.load.sigs.sigs[t.sig[seq - t.lo]]
+        if sig.op in _ROOTED and sig.root is None:
+            return False  # alike sizes say too little of a rooted op without its root
+        keys.add(t.mk[seq - t.lo])
+    return len(keys) == 1
+
+
+def open_work(ctx: Context, rank: int) -> list[tuple[str, int, int]]:
+    """``rank``'s unfinished records (``(group, seq, index)``, oldest first), without the
+    collectives that finished though their mark lags: every member of its group reached
+    the same newest collective, every member issued this one alike
+    (:func:`posted_alike`), and a later one, also issued alike by every member,
+    finished on that rank (PyTorch's recorder retires a gloo collective just after the
+    call returns, so a native dump taken right then can catch one unmarked while the
+    next is marked; commscope's recorder marks an async collective when it is waited
+    for). On a device
+    backend the records are a device queue: :attr:`RankDump.pending` as it is."""
     d = ctx.load.dumps.get(rank)
-    if d is None or not d.pending or d.dump_time_ns is None:
+    if d is None or not d.pending:
+        return []
+    if ctx.device:
+        return list(d.pending)
+    out = []
+    for group, seq, index in d.pending:
+        t = d.tracks.get(group) if seq >= 0 else None
+        view = ctx.views.get(group)
+        if view is None or view.frontier is not None:
+            out.append((group, seq, index))  # members stopped apart: the waits tell
+            continue
+        if t is not None and t.lo <= seq <= t.hi and posted_alike(ctx, group, seq) and any(
+                t.status[later - t.lo] & _DONE and posted_alike(ctx, group, later)
+                for later in range(seq + 1, t.hi + 1)):
+            continue
+        out.append((group, seq, index))
+    return out
+
+
+def pending_age_ns(ctx: Context, rank: int, pending: list[tuple[str, int, int]] | None = None
+                   ) -> int | None:
+    """How long ``rank``'s oldest unfinished op (of ``pending``, default its dump's
+    unfinished records) had been running when it dumped, on the rank's own clock (both
+    times are its own: no host's clock is compared with another's); ``None`` without
+    unfinished work or a dump time."""
+    d = ctx.load.dumps.get(rank)
+    work = d.pending if d is not None and pending is None else pending
+    if d is None or not work or d.dump_time_ns is None:
         return None
-    group, seq, index = d.pending[0]
+    group, seq, index = work[0]
     if seq >= 0:
         t = d.tracks.get(group)
         if t is None or not t.lo <= seq <= t.hi:
@@ -269,8 +328,9 @@ def caught_running(ctx: Context, stall_s: float = ON_DEMAND_STALL_S) -> Finding 
         return None
     if any(reason_class(d.dump_reason) != "on demand" for d in dumps.values()):
         return None
-    ages = {r: age for r in dumps if (age := pending_age_ns(ctx, r)) is not None}
-    if any(d.pending for r, d in dumps.items() if r not in ages):
+    work = {r: open_work(ctx, r) for r in dumps}
+    ages = {r: age for r in dumps if (age := pending_age_ns(ctx, r, work[r])) is not None}
+    if any(work[r] for r in dumps if r not in ages):
         return None  # unfinished work of unknown age: cannot say it was fresh
     if not ages or max(ages.values()) >= stall_s * 1e9:
         return None
