@@ -69,8 +69,9 @@ def call_text(f: Finding) -> str:
     return f"{what}{seq} of {group_name(f.group)}"
 
 
-def _doing(f: Finding) -> str:
-    """What the culprits did, or did not do, in a few words."""
+def _doing(f: Finding, load: LoadResult | None = None) -> str:
+    """What the culprits did, or did not do, in a few words (``load``: their dumps, for
+    the exception a crashed rank raised)."""
     kind = f.kind
     one = len(f.culprit_ranks) == 1
     side = f.details.get("side") if isinstance(f.details, dict) else None
@@ -82,7 +83,14 @@ def _doing(f: Finding) -> str:
             return f"thread stopped: never issued {call_text(f)}"
         return f"never reached {call_text(f)}"
     if kind == "crashed_rank":
-        return "crashed"
+        raised = [load.dumps[r].exception for r in f.culprit_ranks
+                  if load is not None and r in load.dumps and load.dumps[r].exception]
+        if raised and raised[0] is not None:
+            kind_name, text = raised[0][0], " ".join(raised[0][1].split())
+            text = text if len(text) <= 80 else text[:77] + "..."
+            return f"raised {kind_name}: {text}" if text else f"raised {kind_name}"
+        gone = [r for r in f.culprit_ranks if load is not None and r not in load.dumps]
+        return "crashed (no dump)" if gone and len(gone) == len(f.culprit_ranks) else "crashed"
     if kind == "p2p_unmatched":
         what = {"send": "recv", "recv": "send"}.get(f.op or "", "send/recv")
         return f"never posted the matching {what} in {group_name(f.group)}"
@@ -108,7 +116,8 @@ def _where(load: LoadResult, f: Finding, rank: int) -> str:
     d = load.dumps.get(rank)
     if d is not None and f.kind == "crashed_rank" and d.exception is not None \
             and d.exception[2] is not None:
-        return place_text(d.exception[2])  # where it raised
+        name, filename, line, _ = d.exception[2]  # where it raised (the line: said after)
+        return frame_text((name, filename, line))
     if d is not None and d.main_place is not None and f.kind in ("missing_rank",
                                                                   "crashed_rank"):
         return place_text(d.main_place)  # where it is instead of the call
@@ -126,7 +135,7 @@ def culprit_line(f: Finding, load: LoadResult, hosts: HostMap) -> str:
         return ""
     places = {_where(load, f, r) for r in culprits}
     at = places.pop() if len(places) == 1 else ""
-    return f"{who_text(culprits, hosts)}{f' at {at}' if at else ''} — {_doing(f)}"
+    return f"{who_text(culprits, hosts)}{f' at {at}' if at else ''} — {_doing(f, load)}"
 
 
 def _waits_in(a: _Job, rank: int) -> tuple[str, str, str] | None:

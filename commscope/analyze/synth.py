@@ -17,6 +17,8 @@ send/recv pair completes when both sides are posted; a lone one stays pending.
 
 :func:`write_scale_dumps` writes N identical-but-for-timing ranks quickly for the
 benchmark (one default group, a mix of ops, the last collective missing on one rank).
+:func:`megatron_job` plays an NCCL job of hundreds or thousands of ranks with
+Megatron's groups that stops on one rank, for the report's size at scale.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import os
 import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
-__all__ = ["SyntheticJob", "write_dump", "write_scale_dumps"]
+__all__ = ["SyntheticJob", "write_dump", "write_scale_dumps", "megatron_job"]
 
 T0_NS = 1_790_000_000_000_000_000
 _TORCH_FRAMES = [
@@ -281,3 +284,61 @@ def write_scale_dumps(folder: str | os.PathLike[str], world_size: int, entries: 
             pickle.dump(data, f, protocol=2)
         paths.append(path)
     return paths
+
+
+def megatron_job(world: int, fault: str, steps: int = 3) -> tuple[SyntheticJob, int]:
+    """A synthesized ``world``-rank NCCL job (tp 8, pp 4, dp world/32) that stops at
+    ``fault`` (``thread`` or ``device``) on one rank of the middle; returns the job and
+    the faulty rank."""
+    tp, pp = 8, 4
+    dp = world // (tp * pp)
+    job = SyntheticJob(world, ours=False, timing=True)
+    tp_groups, dp_groups, pp_groups = [], [], []
+    for start in range(0, world, tp):
+        tp_groups.append(job.group(f"tp{start // tp}", "TENSOR_MODEL_PARALLEL_GROUP",
+                                   range(start, start + tp)))
+    for p in range(pp):
+        for t in range(tp):
+            members = [p * tp * dp + d * tp + t for d in range(dp)]
+            dp_groups.append(job.group(f"dp{p}_{t}", "DATA_PARALLEL_GROUP", members))
+    stage = tp * dp
+    for i in range(stage):
+        pp_groups.append(job.group(f"pp{i}", "PIPELINE_MODEL_PARALLEL_GROUP",
+                                   [i + s * stage for s in range(pp)]))
+    bad = world // 2 + 3
+    for _ in range(steps):
+        for g in tp_groups:
+            job.collective("all_reduce", group=g, sizes=((4096, 1024),), dtype="BFloat16")
+        for g in pp_groups:
+            members = job.groups[g][1]
+            for a, b in pairwise(members):
+                job.p2p(a, b, group=g, sizes=((16, 4096),), dtype="BFloat16")
+        for g in dp_groups:
+            job.collective("reduce_scatter", group=g, sizes=((1 << 20,),), dtype="BFloat16")
+    bad_tp = next(g for g in tp_groups if bad in job.groups[g][1])
+    if fault == "thread":  # the rank never issues its next tp all_reduce, nor anything after
+        for g in tp_groups:
+            ranks = [r for r in job.groups[g][1] if r != bad]
+            job.collective("all_reduce", group=g, sizes=((4096, 1024),), dtype="BFloat16",
+                           ranks=ranks, stuck=g == bad_tp)
+        held = set(job.groups[bad_tp][1])  # their tp all_reduce waits: what follows too
+        for g in dp_groups:
+            ranks = [r for r in job.groups[g][1] if r != bad]
+            job.collective("reduce_scatter", group=g, sizes=((1 << 20,),), dtype="BFloat16",
+                           ranks=ranks, stuck=bool(held & set(job.groups[g][1])))
+    else:  # its tp all_reduce finishes on its peers, never on it; nothing after finishes
+        job.collective("all_reduce", group=bad_tp, sizes=((4096, 1024),), dtype="BFloat16")
+        e = job.ranks[bad].entries[-1]
+        e.update(state="scheduled", retired=False, time_discovered_started_ns=None,
+                 time_discovered_completed_ns=None)
+        e.pop("duration_ms", None)
+        for g in tp_groups:
+            if g != bad_tp:
+                job.collective("all_reduce", group=g, sizes=((4096, 1024),), dtype="BFloat16")
+        job.collective("all_reduce", group=bad_tp, sizes=((4096, 1024),), dtype="BFloat16",
+                       stuck=True)
+        for g in dp_groups:
+            job.collective("reduce_scatter", group=g, sizes=((1 << 20,),), dtype="BFloat16",
+                           stuck=bad in job.groups[g][1] or any(
+                               r in job.groups[bad_tp][1] for r in job.groups[g][1]))
+    return job, bad

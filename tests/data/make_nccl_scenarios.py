@@ -92,6 +92,9 @@ class Scenario:
     dump_on_error: bool = True
     """A rank's error raises the dump signal (a collector's trigger); off: only a
     watchdog's timeout does, after every injected fault happened."""
+    forms: tuple[str, ...] = VARIANTS
+    """The dump forms kept and asserted (a straggler shows only in finished records:
+    not in the active-only forms)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -181,6 +184,18 @@ def slow_rank(rank: int, world: int) -> None:
     end_with_dumps(rank)
 
 
+def slow_host(rank: int, world: int) -> None:
+    """Rank 5's host is slow (a CPU-bound Python loop): it issues every collective and
+    send/recv 30 ms after reaching it, so its GPU comes to each one last; the job is
+    healthy and ends. Timing on: each collective's duration tells it."""
+    def slow(p: str, r: int, s: int, _d: object) -> bool:
+        if r == 5 and (p.startswith("fwd:") or p.startswith("bwd:")):
+            time.sleep(0.03)
+        return False
+    train(L16, rank, 6, hooks=Hooks([slow]))
+    end_with_dumps(rank)
+
+
 SCENARIOS: dict[str, Scenario] = {}
 
 
@@ -196,6 +211,9 @@ scenario("healthy_end", L16, job(L16, end=True), Expect("healthy"))
 scenario("healthy_running", L16, healthy_running,
          Expect("incomplete", "stalled_collective", says=["caught running"]))
 scenario("slow_rank", L16, slow_rank, Expect("healthy"))
+scenario("slow_host_timing", L16, slow_host,
+         Expect("healthy", "straggler", [], blamed=[], also=[("straggler", [5])]),
+         timing=True, forms=("full",))
 scenario("gpu_error_ep", L16, job(L16, at(6, "fwd:ep_dispatch", bad_kernel)),
          Expect("hang", "device_stopped", [6]))
 scenario("gpu_error_last_stage", L16, job(L16, at(13, "bwd:tp_all_gather", bad_kernel)),
@@ -242,6 +260,9 @@ def generate(name: str, out: Path | None = None) -> Path:
         shutil.rmtree(out)
     result = run_job(sc.run, sc.layout.world, out, timeout_s=sc.timeout_s, timing=sc.timing,
                      dump_on_error=sc.dump_on_error)
+    for form in VARIANTS:
+        if form not in sc.forms:
+            shutil.rmtree(out / form, ignore_errors=True)
     for path in sorted(out.rglob("*")):
         if path.is_file():  # stored compressed (the analyzer reads gzip by its bytes)
             path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), 9))
@@ -255,7 +276,7 @@ def generate(name: str, out: Path | None = None) -> Path:
         "dump_signal": result.signal,
         "ended": {str(r): e for r, e in sorted(result.ended.items())},
         "dumped": result.dumped,
-        "forms": list(VARIANTS),
+        "forms": list(sc.forms),
         "expect": asdict(sc.expect),
         "made_by": "tests/data/make_nccl_scenarios.py",
         "torch": torch.__version__,

@@ -15,7 +15,9 @@ Layout (:func:`render_svg`), deterministic:
    several arrows into one node spread apart), a bulging arc between the nodes of a
    ring with its label outside the ring, a loop over a folded node that waits for
    itself; an arrowhead drawn as a triangle (no ``<marker>``: no ids to collide when two
-   drawings share a page).
+   drawings share a page). Arrows are drawn after the boxes, so no box hides a label;
+   a label is two short lines (the op, then ``of`` its group) that fit between two
+   columns (:func:`label_lines`).
 
 Nodes are ``<g class="node culprit root">`` (classes: the node's states) with a
 ``<title>``; arrows ``<g class="edge wait">`` (``cycle``, ``victim``) with a ``<title>``
@@ -33,15 +35,18 @@ from commscope.analyze.diagnose.waits import strong_components
 from commscope.analyze.present.waitgraph import Edge, Node, WaitForGraph
 from commscope.analyze.text import rank_list
 
-__all__ = ["BOX_W", "BOX_H", "render_svg"]
+__all__ = ["BOX_W", "BOX_H", "render_svg", "label_lines"]
 
 BOX_W = 232
 """A node's box, in SVG pixels: three lines of about 36 characters."""
 BOX_H = 58
 """A node's box height, in SVG pixels."""
-_COL_GAP, _ROW_GAP, _MARGIN, _TOP = 200, 30, 24, 46
+_COL_GAP, _ROW_GAP, _MARGIN, _TOP = 250, 30, 24, 46
 _LABEL_W = 120
 """Room beside a ring for the labels of its arrows."""
+_LABEL_CHARS = 34
+"""An arrow's label is at most two lines of this many characters (the op, then its
+group): at most about 240 pixels at 11 px, so a label fits between two columns."""
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _STYLE = """
 svg.waitgraph { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif;
@@ -276,8 +281,30 @@ def _edge_svg(e: Edge, g: WaitForGraph, centre: dict[str, tuple[float, float]],
     return (f'<g class="edge {e.kind}" data-from="{e.source}" data-to="{e.target}">'
             f"<title>{_esc(tip)}</title><path d=\"{d}\"/>"
             f'<polygon points="{_arrowhead(pts[-1], pts[-2])}"/>'
-            f'<text x="{at[0]:.1f}" y="{at[1] - 7:.1f}" text-anchor="{anchor}">'
-            f"{_esc(_cut(e.label, 40))}</text></g>")
+            + _label_svg(e.label, at, anchor) + "</g>")
+
+
+def label_lines(label: str) -> list[str]:
+    """An arrow's label as at most two short lines: ``all_reduce #5 +1 more`` and ``of
+    DATA_PARALLEL_GROUP`` (each cut to :data:`_LABEL_CHARS`)."""
+    what, sep, rest = label.partition(" of ")
+    if not sep:
+        return [_cut(label, _LABEL_CHARS)]
+    group, plus, more = rest.partition(" +")
+    first = what + (f" +{more}" if plus else "")
+    return [_cut(first, _LABEL_CHARS), _cut("of " + group, _LABEL_CHARS)]
+
+
+def _label_svg(label: str, at: tuple[float, float], anchor: str) -> str:
+    """The label's ``<text>``: its lines above the point ``at`` (the arrow's middle)."""
+    lines = label_lines(label) if label else []
+    if not lines:
+        return ""
+    top = at[1] - 7 - 13 * (len(lines) - 1)
+    spans = "".join(f'<tspan x="{at[0]:.1f}" y="{top + 13 * i:.1f}">'
+                    f'{" " if i else ""}{_esc(line)}</tspan>'  # text content: the label
+                    for i, line in enumerate(lines))
+    return f'<text text-anchor="{anchor}">{spans}</text>'
 
 
 def _node_svg(n: Node, c: tuple[float, float]) -> str:
@@ -329,8 +356,8 @@ def render_svg(g: WaitForGraph) -> str:
         step = min(12.0, (BOX_H - 14) / max(1, len(edges)))
         for i, e in enumerate(edges):
             port[(e.source, e.target)] = (i - (len(edges) - 1) / 2) * step
-    body = [_edge_svg(e, g, centre, unit_of, port) for e in g.edges]
-    body += [_node_svg(n, centre[n.id]) for n in g.nodes]
+    body = [_node_svg(n, centre[n.id]) for n in g.nodes]  # arrows over boxes: labels whole
+    body += [_edge_svg(e, g, centre, unit_of, port) for e in g.edges]
     legend, legend_w = _legend(g)
     w, h = max(width, legend_w), height
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="waitgraph" '

@@ -28,6 +28,7 @@ from a stuck network or a job caught running, timing off) are one undecided
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from commscope.analyze.align.progress import SEEN_MARGIN_NS, Item, RankProgress
 from commscope.analyze.diagnose.context import Context
@@ -178,10 +179,24 @@ class ThreadRoot:
         self.missing.setdefault((w.group, w.seq, w.op), []).append(w.waiter)
 
 
+def _in_issue_order(ctx: Context, root: ThreadRoot
+                    ) -> list[tuple[tuple[str, int | None, str], list[int]]]:
+    """The calls a stopped thread never issued, the one its peers issued first first
+    (where the program stopped; collectives before send/recv, whose time is unknown)."""
+    progress = ctx.progress or {}
+
+    def first_issued(item: tuple[tuple[str, int | None, str], list[int]]) -> tuple[Any, ...]:
+        (group, seq, op), waiters = item
+        times = [t for t in (progress[w].created(group, seq) for w in waiters
+                             if w in progress and seq is not None) if t]
+        return (seq is None, min(times) if times else float("inf"), group, seq or 0, op)
+
+    return sorted(root.missing.items(), key=first_issued)
+
+
 def _missing_text(ctx: Context, rank: int, root: ThreadRoot, limit: int = 3) -> str:
     parts = []
-    for (group, seq, op), waiters in sorted(root.missing.items(),
-                                            key=lambda kv: (kv[0][1] is None, kv[0])):
+    for (group, seq, op), waiters in _in_issue_order(ctx, root):
         g = ctx.groups.get(group)
         label = g.label() if g is not None else f"group {group}"
         waiters = sorted(set(waiters))
@@ -203,8 +218,7 @@ def _missing_text(ctx: Context, rank: int, root: ThreadRoot, limit: int = 3) -> 
 def _thread_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgress],
                     rank: int, root: ThreadRoot) -> Finding:
     prog = progress[rank]
-    (group, seq, op), _ = next(iter(sorted(root.missing.items(),
-                                           key=lambda kv: (kv[0][1] is None, kv[0]))))
+    (group, seq, op), _ = _in_issue_order(ctx, root)[0]
     p2p = seq is None
     missing = _missing_text(ctx, rank, root)
     last = _last_issued(ctx, rank)
