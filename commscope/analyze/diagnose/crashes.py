@@ -55,7 +55,8 @@ from commscope.analyze.read.places import user_frame
 from commscope.analyze.text import frame_text, ms, place_text, ranks_phrase
 from commscope.collectives import ALL_TO_ALL
 
-__all__ = ["crash_reasons", "killed_by_mismatch", "crash_findings", "is_comm_error"]
+__all__ = ["crash_reasons", "killed_by_mismatch", "crash_findings", "is_comm_error",
+           "deaths_here"]
 
 _DONE = RETIRED | COMPLETED
 _COMM_ERROR_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError",
@@ -105,6 +106,19 @@ def crash_reasons(ctx: Context, graph: WaitGraph) -> dict[int, str]:
         # torchrun stops every rank once one fails: a signal is then not a cause.
         out = {r: why for r, why in out.items() if why != "signal"}
     return out
+
+
+def deaths_here(ctx: Context) -> list[int]:
+    """Ranks whose own death shows in these dumps: one that raised an exception that is
+    not a communication error, one that died in native code (its fatal log is here, as
+    when gloo aborts a rank). The failures of the others' work (a peer closed the
+    connection) are explained by them."""
+    out = {r for r in ctx.load.fatal if r not in ctx.load.dumps}
+    for r in ctx.load.dumps:
+        exc = ctx.frames.exception(r)
+        if exc is not None and not is_comm_error(exc[0], exc[1]):
+            out.add(r)
+    return sorted(out)
 
 
 def _first_to_dump(ctx: Context, rank: int) -> bool:

@@ -90,6 +90,7 @@ from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.crashes import (
     crash_findings,
     crash_reasons,
+    deaths_here,
     is_comm_error,
     killed_by_mismatch,
 )
@@ -706,7 +707,7 @@ def diagnose(ctx: Context, straggler_ms: float | None = None,
         _behind_disagreements(findings, graph)
     created, creating = creation_findings(ctx, graph)
     findings += created
-    ctx.away = elsewhere_ranks(ctx)
+    ctx.away = elsewhere_ranks(ctx, deaths_here(ctx))
     away = {r for ranks in ctx.away.values() for r in ranks}
     reasons = {r: why for r, why in crash_reasons(ctx, graph).items()
                if r not in creating and r not in away}

@@ -17,7 +17,12 @@ Algorithm (:func:`elsewhere_ranks`, :func:`elsewhere_findings`):
    host, that host's ranks are not elsewhere but gone, and the crash findings name
    the host (``hostB: ranks 2-3 gone at 12:03:10, no dump``). With several hosts
    absent, the failed work does not say which one died: each stays elsewhere, and its
-   finding says that one of them may have died.
+   finding says that one of them may have died. Nor when the dumps here say otherwise:
+   a death here explains the failed work (a rank here raised an exception of its own,
+   or died in native code: gloo aborted it, its fatal log is here; the other host's
+   ranks went down with the job and dumped on their way, on their own host), or a dump
+   here was asked for by a rank of that host (it was alive after the failure). Their
+   ranks stay elsewhere.
 3. One ``dumps_elsewhere`` finding per host still elsewhere: which ranks ran there,
    where their dumps went (``host:folder`` from the table), who here waits for them and
    in what (the wait-for graph), and how to give the analyzer the rest (copy the files,
@@ -50,18 +55,29 @@ def failed_ranks(ctx: Context) -> list[int]:
                   or any(op.status & FAILED for op in d.p2p[-4:]))
 
 
-def elsewhere_ranks(ctx: Context) -> dict[str, list[int]]:
+def elsewhere_ranks(ctx: Context, deaths_here: list[int] | tuple[int, ...] = ()
+                    ) -> dict[str, list[int]]:
     """Steps 1-2: host → its ranks whose dumps are on that host, not here (a host whose
-    ranks' death shows here is left out: its ranks count as gone)."""
+    ranks' death shows here is left out: its ranks count as gone). ``deaths_here``: ranks
+    whose own death shows here (an exception of their own, a fatal log): they explain the
+    failed work, so no other host is taken for dead."""
     unreadable = {u.rank for u in ctx.load.unreadable if u.rank is not None}
     missing = [r for r in ctx.expected if r not in ctx.load.dumps and r not in unreadable
                and r not in ctx.load.fatal]
     away = ctx.hosts.elsewhere(missing)
-    if len(away) == 1 and failed_ranks(ctx):
+    if len(away) == 1 and failed_ranks(ctx) and not deaths_here:
         lost = next(iter(away.values()))
-        if set(lost) == set(missing):  # every rank without a dump ran there
-            return {}
+        if set(lost) == set(missing) and not _asked_by(ctx, lost):
+            return {}  # every rank without a dump ran there, and nothing says it lived
     return away
+
+
+def _asked_by(ctx: Context, ranks: list[int]) -> bool:
+    """A dump here was asked for by one of ``ranks`` (``request from rank N``): that rank
+    was alive after the failure."""
+    asked = {reason.rsplit(" ", 1)[-1] for d in ctx.load.dumps.values()
+             if (reason := d.dump_reason or "").startswith("request from rank ")}
+    return any(str(r) in asked for r in ranks)
 
 
 def whole_hosts(hosts: HostMap, ranks: list[int]) -> dict[str, list[int]]:
