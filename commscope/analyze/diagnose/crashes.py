@@ -36,6 +36,10 @@ Algorithm (:func:`crash_reasons`, :func:`killed_by_mismatch`, :func:`crash_findi
    dump``. Every other crashed rank, one each, says why (stale dump, the exception, the
    signal), its last record, and who waits for it (its direct waiters in the wait
    graph, then everyone behind them).
+
+:func:`deaths_here` names the ranks whose own death shows in these dumps (an exception
+of their own, a fatal log): they explain failed work, so no other host is taken for
+dead (:func:`commscope.analyze.diagnose.hosts.elsewhere_ranks`).
 """
 
 from __future__ import annotations

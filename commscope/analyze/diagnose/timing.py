@@ -32,6 +32,12 @@ inside a collective were caught mid-flight. The findings that only read unfinish
 as waits give way to one ``healthy`` finding that says who and for how long; a
 disagreement between ranks is still reported.
 
+Open work (:func:`open_work`): a rank's unfinished records, less the gloo collectives
+that finished though their mark lags: issued alike by every member of a group whose
+members all reached the same newest collective (:func:`posted_alike`: gloo finishes
+such a call unless its transport is stuck), and followed on that rank by a finished
+one, alike too (a group's calls finish in turn).
+
 Dump reasons (:func:`reason_class`) fall in the columns of the verdict table
 (:data:`commscope.analyze.diagnose.findings.VERDICT_TABLE`): on demand, timeout, signal,
 exception, thread exception, other, none.
