@@ -152,7 +152,8 @@ def test_a_crashed_host_is_named_to_leave_out(page, tmp_path):
     assert page.errors == []
     assert page.text_content("#exclude-hosts") == (
         "Leave out on restart: hostB (--json: exclude_hosts)")
-    assert "no dump: 3 (hostB, pid 4003)" in page.text_content("#groups tr:nth-child(2) td:nth-child(7)")
+    stops = page.text_content("#groups tr:nth-child(2) td:nth-child(7)")
+    assert "no dump: 3 (hostB, pid 4003)" in stops
 
 
 def test_hosts_fold_at_scale(page, tmp_path):

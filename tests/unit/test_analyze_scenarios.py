@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from commscope.analyze import analyze
+from commscope.analyze.answer import is_note
 from commscope.analyze.read.load import read_dump_file
 from commscope.analyze.text import rank_list
 from tests.needs import torch_has
@@ -78,9 +79,10 @@ def _check(result, expect: dict) -> None:
     want = expect["blamed"] if expect["blamed"] is not None else (
         expect["culprits"] if any(f.blocking for f in result.findings) else blamed)
     assert blamed == sorted(want), ("blamed", story)
-    for kind, culprits in expect["also"]:
-        assert any(f.kind == kind and sorted(f.culprit_ranks) == sorted(culprits)
-                   for f in result.findings), ((kind, culprits), story)
+    for kind, culprits in expect["also"]:  # a note blames nobody: its ranks are its own
+        assert any(f.kind == kind and sorted(f.culprit_ranks or f.details.get("ranks", []))
+                   == sorted(culprits) for f in result.findings), ((kind, culprits), story)
+    assert not any(is_note(f) and f.culprit_ranks for f in result.findings), story
     # a thread's death is a remark naming the thread; its rank is alive, never crashed
     for rank, thread in expect.get("threads_died", []):
         assert any(f.kind == "thread_died" and f.details.get("rank") == rank
@@ -94,7 +96,7 @@ def _check(result, expect: dict) -> None:
         assert rank not in result.loaded, story
         errors = [u.error for u in result.unreadable if u.rank == rank]
         assert errors and errors[0].startswith("unusable: none of its"), (errors, story)
-        assert any(f.kind == "unreadable_dump" and f.culprit_ranks == [rank]
+        assert any(f.kind == "unreadable_dump" and f.details.get("ranks") == [rank]
                    and "unusable" in f.message for f in result.findings), story
         assert all(rank not in f.culprit_ranks + f.waiting_ranks + f.victims
                    for f in result.findings if f.kind != "unreadable_dump"), story

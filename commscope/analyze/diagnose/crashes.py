@@ -224,17 +224,20 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
         ))
     for r in sorted(x for x, why in reasons.items() if why != "nodump"):
         d = ctx.load.dumps[r]
-        activity, frame = ctx.last_activity(r)
+        last, frame = ctx.last_text(r), ctx.last_activity(r)[1]
         waits = _wait_edges_to(graph, {r})
         waiting = sorted(reaching({r}, graph))
         if waits:
             first = waits[0]
             group, seq = ctx.groups[first.group], first.seq
             direct = sorted({w.waiter for w in waits})
-            what = ctx.op_at(direct[0], first.group, seq) if seq is not None else first.op
+            if seq is not None:
+                what = f"{ctx.op_at(direct[0], first.group, seq)} of {group.label()}"
+            else:  # send/recv: each waiter's own op (one may send, another receive)
+                ops = {w.op for w in waits if w.group == first.group}
+                what = (f"{first.op if len(ops) == 1 else 'send/recv'} of {group.label()}")
             tail = (f" {ranks_phrase(direct).capitalize()} "
-                    f"{'waits' if len(direct) == 1 else 'wait'} for it in {what} of "
-                    f"{group.label()}")
+                    f"{'waits' if len(direct) == 1 else 'wait'} for it in {what}")
             behind = [x for x in waiting if x not in direct]
             tail += f", and {ranks_phrase(behind)} behind them." if behind else "."
         else:
@@ -248,20 +251,20 @@ def crash_findings(ctx: Context, graph: WaitGraph, reasons: dict[int, str]) -> l
             gap = ctx.stale[r]
             reason = f" (reason: {d.dump_reason})" if d.dump_reason else ""
             head = (f"Rank {r}{at_host}'s dump was written {ms(gap)} before the others'"
-                    f"{reason}: it stopped early, after {activity} at {frame_text(frame)}.")
+                    f"{reason}: it stopped early, after {last}.")
         elif why == "exception":
             exc = ctx.frames.exception(r)
             if exc is not None:
                 kind, text, place = exc
                 at = f" at {place_text(place)}" if place else ""
                 head = (f"Rank {r}{at_host} crashed: it raised {kind}: {text}{at}, after "
-                        f"{activity} at {frame_text(frame)}.")
+                        f"{last}.")
             else:
                 head = (f"Rank {r}{at_host} crashed: it dumped on an uncaught exception (its dump "
-                        f"does not say which), after {activity} at {frame_text(frame)}.")
+                        f"does not say which), after {last}.")
         else:
             head = (f"Rank {r}{at_host} was stopped by a signal ({d.dump_reason}) that no "
-                    f"other rank got, after {activity} at {frame_text(frame)}.")
+                    f"other rank got, after {last}.")
         findings.append(Finding(
             kind="crashed_rank", group=group, collective_seq_id=seq,
             op=record_op(ctx, waits[0].waiter if waits else r, group.key if group else None, seq),

@@ -612,9 +612,10 @@ def _unreadable_findings(ctx: Context) -> list[Finding]:
             continue
         findings.append(Finding(
             kind="unreadable_dump", group=None, collective_seq_id=None, op=None,
-            culprit_ranks=[u.rank], waiting_ranks=[],
+            culprit_ranks=[], waiting_ranks=[],  # a note: the file is at fault, not the rank
             message=(f"Rank {u.rank}'s dump {os.path.basename(u.file)} could not be read "
                      f"({u.error}), so where rank {u.rank} stopped is unknown."),
+            details={"ranks": [u.rank]},
         ))
     return findings
 
@@ -651,23 +652,30 @@ def _truncated_findings(ctx: Context) -> list[Finding]:
             start = max(view.truncated.values())
             kept = sorted({ctx.load.dumps[r].n_entries for r in ranks})
             size = f"{kept[0]}" if len(kept) == 1 else f"{kept[0]}-{kept[-1]}"
-            findings.append(Finding(
+            one = len(ranks) == 1
+            findings.append(Finding(  # a note: it blames nobody (its ranks in details)
                 kind="truncated_history", group=g, collective_seq_id=start, op=None,
-                culprit_ranks=ranks, waiting_ranks=[],
-                message=(f"{ranks_phrase(ranks).capitalize()} kept only their newest {size} "
-                         f"records (their ring wrapped), so collectives of {g.label()} before "
-                         f"#{start} were compared among the other ranks only and are never "
-                         "called missing."),
+                culprit_ranks=[], waiting_ranks=[],
+                message=(f"{ranks_phrase(ranks).capitalize()} kept only {'its' if one else 'their'}"
+                         f" newest {size} records ({'its' if one else 'their'} ring wrapped), so "
+                         f"collectives of {g.label()} before #{start} were compared among the "
+                         "other ranks only and are never called missing."),
+                details={"ranks": ranks},
             ))
         if view.unknown:
             f = view.frontier
-            at = f" whether they reached #{f.seq}" if f else " where they are in it"
+            unknown = sorted(view.unknown)
+            one = len(unknown) == 1
+            they, are = ("it", "is") if one else ("they", "are")
+            at = f" whether {they} reached #{f.seq}" if f else f" where {they} {are} in it"
+            rings = "its wrapped ring holds" if one else "their wrapped rings hold"
             findings.append(Finding(
                 kind="truncated_history", group=g, collective_seq_id=f.seq if f else None,
-                op=None, culprit_ranks=list(view.unknown), waiting_ranks=[],
-                message=(f"{ranks_phrase(view.unknown).capitalize()} belong to {g.label()} but "
-                         f"their wrapped rings hold no record of it, so{at} cannot be decided."),
-                details={"undecided": True},
+                op=None, culprit_ranks=[], waiting_ranks=[],
+                message=(f"{ranks_phrase(unknown).capitalize()} "
+                         f"{'belongs' if one else 'belong'} to {g.label()} but "
+                         f"{rings} no record of it, so{at} cannot be decided."),
+                details={"undecided": True, "ranks": unknown},
             ))
     return findings
 

@@ -36,7 +36,7 @@ from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.waits import Wait, WaitGraph, reaching
 from commscope.analyze.model import Finding
 from commscope.analyze.read.places import Frame
-from commscope.analyze.text import frame_text, ranks_phrase
+from commscope.analyze.text import ranks_phrase
 
 __all__ = ["Skip", "find_skip", "skip_finding", "MAX_WITNESSES"]
 
@@ -157,7 +157,7 @@ def skip_finding(ctx: Context, skip: Skip, cycle: list[Wait], graph: WaitGraph) 
     others = sorted({w.target for w in graph.out.get(culprit, [])
                      if w.group == inst.group and w.seq == inst.seq})
     held_text = f", so {ranks_phrase(held)} wait too" if held else ""
-    activity, frame = ctx.last_activity(culprit)
+    last, frame = ctx.last_text(culprit), ctx.last_activity(culprit)[1]
     where = ctx.op_at(culprit, inst.group, inst.seq) if inst.seq is not None else inst.op
     verb = "waits" if len(waiting) == 1 else "wait"
     named = all(b in g.ranks or any(ctx.groups[k].desc == g.desc and k != g.key
@@ -169,8 +169,7 @@ def skip_finding(ctx: Context, skip: Skip, cycle: list[Wait], graph: WaitGraph) 
         f"{verb} in: it went on to {where} of {h.label()} and waits there for "
         f"{ranks_phrase(others)}{held_text}; {ranks_phrase(skip.before)} issued "
         f"{theirs} {ctx.op_at(m.waiter, m.group, seq)} before {where} of "
-        f"{h.ref()}, so rank {culprit} skipped or postponed it; its last record is {activity} "
-        f"at {frame_text(frame)}."
+        f"{h.ref()}, so rank {culprit} skipped or postponed it; its last record is {last}."
     )
     return Finding(
         kind="missing_rank", group=g, collective_seq_id=seq, op=sig.op if sig else None,
