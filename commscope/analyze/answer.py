@@ -243,7 +243,8 @@ def make_answer(verdict: str, findings: list[Finding], load: LoadResult, hosts: 
         if line not in lines:
             lines.append(line)
     if len(roots) > MAX_ROOTS:
-        lines.append(f"... and {len(roots) - MAX_ROOTS} more root causes (findings below)")
+        more = plural(len(roots) - MAX_ROOTS, "more root cause")
+        lines.append(f"... and {more} (findings below)")
     merged = _merged(roots)
     steps: list[str] = []
     for f in merged[:2] or [f for f in findings if not is_note(f)][:1]:

@@ -31,7 +31,7 @@ from commscope.analyze.align.arrivals import (
     Thresholds,
 )
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
-from commscope.analyze.text import frame_text, place_text, rank_list
+from commscope.analyze.text import frame_text, place_text, plural, rank_list
 
 __all__ = ["stuck_lines", "culprit_line", "who_text", "slowest_rows", "slowest_lines",
            "group_name", "call_text"]
@@ -259,7 +259,8 @@ def stuck_lines(findings: list[Finding], load: LoadResult, groups: dict[str, Gro
         lines.append(item if isinstance(item, str) else _waiting_line(a, waits[item]))
     if len(lines) > limit:
         rest = len(lines) - (limit - 1)
-        lines = [*lines[:limit - 1], f"... and {rest} more stuck places (findings below)"]
+        lines = [*lines[:limit - 1],
+                 f"... and {plural(rest, 'more stuck place')} (findings below)"]
     return lines
 
 
