@@ -573,7 +573,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "COMMSCOPE_FR_TIMEOUT_S or the group's own) every rank writes <prefix><rank>; "
         "SIGTERM, SIGUSR1 and uncaught exceptions dump too. Settings come from PyTorch's "
         "variables: TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE (default: "
-        "./commscope_traces/rank_), TORCH_NCCL_ENABLE_TIMING, TORCH_NCCL_DUMP_ON_TIMEOUT; "
+        "./commscope_traces/rank_; COMMSCOPE_FR_DUMP_PREFIX wins over it, to keep ours apart "
+        "from PyTorch's own NCCL dumps), TORCH_NCCL_ENABLE_TIMING, TORCH_NCCL_DUMP_ON_TIMEOUT; "
         "COMMSCOPE_RUN_REPORT=0 turns off the job log's incident report.",
         epilog="options of its own:\n"
         "  -h, --help   show this help (as the first argument only; later, it is "

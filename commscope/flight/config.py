@@ -9,8 +9,9 @@ setting                                   environment (first one set wins)
 ========================================  ==============================================
 ``buffer_size`` (default 2000)            ``TORCH_FR_BUFFER_SIZE``,
                                           ``TORCH_NCCL_TRACE_BUFFER_SIZE``
-``dump_prefix``                           ``TORCH_FR_DUMP_TEMP_FILE``,
-(default ``./commscope_traces/rank_``)    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``
+``dump_prefix``                           ``COMMSCOPE_FR_DUMP_PREFIX``,
+(default ``./commscope_traces/rank_``)    ``TORCH_FR_DUMP_TEMP_FILE``,
+                                          ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``
 ``timeout_s`` (default: the group's;      ``COMMSCOPE_FR_TIMEOUT_S``
 80 % of it on a device backend)
 ``timing`` (default off)                  ``TORCH_NCCL_ENABLE_TIMING``
@@ -20,6 +21,11 @@ setting                                   environment (first one set wins)
 ``watch_interval_s`` (default 2, 0 = off)  ``COMMSCOPE_WATCH_INTERVAL_S``
 ``fingerprint`` (default on)              ``COMMSCOPE_FR_FINGERPRINT``
 ========================================  ==============================================
+
+``COMMSCOPE_FR_DUMP_PREFIX`` exists for NCCL jobs that keep PyTorch's own flight
+recorder on beside ours: both write ``<prefix><rank>``, so with only
+``TORCH_FR_DUMP_TEMP_FILE`` set the two would write the same files; ours then goes
+where ``COMMSCOPE_FR_DUMP_PREFIX`` says and PyTorch's where its variable says.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["FlightConfig", "DEFAULT_BUFFER_SIZE", "DEFAULT_DUMP_PREFIX", "resolve_config"]
+__all__ = ["FlightConfig", "DEFAULT_BUFFER_SIZE", "DEFAULT_DUMP_PREFIX", "resolve_config",
+           "prefix_from_env", "PREFIX_VARIABLES"]
 
 DEFAULT_BUFFER_SIZE = 2000
 DEFAULT_DUMP_PREFIX = "./commscope_traces/rank_"
@@ -102,6 +109,17 @@ def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
     raise ValueError(f"{name}={text!r} is not a boolean; use 1/0 or true/false")
 
 
+PREFIX_VARIABLES = ("COMMSCOPE_FR_DUMP_PREFIX", "TORCH_FR_DUMP_TEMP_FILE",
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+"""Where the dumps go, by the first of these that is set (else the default)."""
+
+
+def prefix_from_env(env: Mapping[str, str]) -> str:
+    """The dump prefix the environment gives (:data:`PREFIX_VARIABLES`, first set wins;
+    else :data:`DEFAULT_DUMP_PREFIX`)."""
+    return next((env[k] for k in PREFIX_VARIABLES if env.get(k)), DEFAULT_DUMP_PREFIX)
+
+
 def resolve_config(
     *,
     buffer_size: int | None = None,
@@ -132,11 +150,7 @@ def resolve_config(
     if buffer_size < 0:
         raise ValueError(f"buffer_size must be >= 0 entries, got {buffer_size}")
     if dump_prefix is None:
-        dump_prefix = (
-            env.get("TORCH_FR_DUMP_TEMP_FILE")
-            or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-            or DEFAULT_DUMP_PREFIX
-        )
+        dump_prefix = prefix_from_env(env)
     if timeout_s is None:
         text = env.get("COMMSCOPE_FR_TIMEOUT_S")
         if text:

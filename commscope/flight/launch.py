@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from commscope.flight.config import prefix_from_env
+
 __all__ = ["torchrun_command", "run", "watch_env", "local_world_size", "start_reporter",
            "stop_reporter", "REPORT_ENV"]
 
@@ -108,8 +110,7 @@ def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
         out["COMMSCOPE_WATCH_TOKEN_DRAWN"] = "1"
     out.setdefault("COMMSCOPE_FR_STRICT", "1")  # a group the recorder misses stops the job
     out.setdefault("COMMSCOPE_RUN_BANNER", "1")  # rank 0 says recording is on, and where
-    prefix = (out.get("TORCH_FR_DUMP_TEMP_FILE") or out.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-              or "./commscope_traces/rank_")
+    prefix = prefix_from_env(out)
     out.setdefault("COMMSCOPE_WATCH_FILE",
                    os.path.join(os.path.dirname(os.path.abspath(prefix)), "watch.json"))
     return out

@@ -76,3 +76,19 @@ def test_timing_turns_on_nccls_own_timing_unless_set(monkeypatch, tmp_path, pres
         assert os.environ.get("TORCH_NCCL_ENABLE_TIMING") == expected
     finally:
         flight.disable()
+
+
+def test_our_own_prefix_keeps_our_dumps_apart_from_pytorchs():
+    # PyTorch's NCCL recorder writes <TORCH_FR_DUMP_TEMP_FILE><rank> too: ours can go elsewhere
+    env = {"TORCH_FR_DUMP_TEMP_FILE": "/tmp/nccl_trace_rank_",
+           "COMMSCOPE_FR_DUMP_PREFIX": "/tmp/job/commscope_rank_"}
+    assert resolve_config(env=env).dump_prefix == "/tmp/job/commscope_rank_"
+    assert resolve_config(env={"TORCH_FR_DUMP_TEMP_FILE": "/tmp/t_"}).dump_prefix == "/tmp/t_"
+
+
+def test_commscope_run_puts_the_watch_file_beside_our_dumps():
+    from commscope.flight.launch import watch_env
+
+    env = watch_env(env={"TORCH_FR_DUMP_TEMP_FILE": "/a/nccl_",
+                         "COMMSCOPE_FR_DUMP_PREFIX": "/b/ours/rank_"})
+    assert env["COMMSCOPE_WATCH_FILE"] == "/b/ours/watch.json"

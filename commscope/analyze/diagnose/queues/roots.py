@@ -517,6 +517,25 @@ def _inside_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgre
 # ---------------------------------------------------------------------- all
 
 
+def _unless_caught_running(progress: dict[int, RankProgress], findings: list[Finding],
+                           named: set[int]) -> tuple[list[Finding], set[int]]:
+    """Step 3 of :func:`_stopped_devices` for the whole job: a stopped device stops
+    everyone, so when a quarter of the ranks with unfinished work wait on no culprit at
+    all, dumps without a time (PyTorch's) caught a job still running, a moment apart,
+    and the records a peer finished are the later dumps' lead, not a stopped device.
+    Those device findings go (their ranks are then read as work in flight); dumps that
+    carry their time were weighed against it already (``RankProgress.sees``)."""
+    devices = [f for f in findings if f.kind == "device_stopped"]
+    if not devices or all(p.as_of is not None for p in progress.values()):
+        return findings, named
+    busy = {r for r, p in progress.items() if p.queue}
+    covered = named | {r for f in findings for r in f.waiting_ranks}
+    if len(busy - covered) * 4 < len(busy):
+        return findings, named
+    dropped = {r for f in devices for r in f.culprit_ranks}
+    return [f for f in findings if f.kind != "device_stopped"], named - dropped
+
+
 def queue_findings(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgress],
                    explained: set[int], stall_s: float) -> list[Finding]:
     """Every culprit and stall of the device-queue graph (see module doc); ranks in
@@ -556,6 +575,7 @@ def queue_findings(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgres
             if behind.missing:
                 findings.append(_thread_finding(ctx, qg, progress, rank, behind))
                 named.add(rank)
+    findings, named = _unless_caught_running(progress, findings, named)
     covered = named | {r for f in findings for r in f.waiting_ranks}
     inside: dict[tuple[str, int | None, int], list[int]] = {}
     for r, head in sorted(qg.heads.items()):
