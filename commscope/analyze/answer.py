@@ -169,7 +169,12 @@ def _next(f: Finding, load: LoadResult, hosts: HostMap) -> list[str]:
                     f"{'its' if one else 'each'} machine shows a thread holding the GIL or a "
                     "call that never returns",
                     "if it skipped the call instead, find the branch that leaves it out"]
-        return [f"look at {who}'s line above: {'it' if one else 'they'} skipped the call, or "
+        if " at " not in culprit_line(f, load, hosts):  # the dumps do not say where
+            return [f"find where {who} stopped: {'its' if one else 'their'} log, or "
+                    f"`py-spy dump --pid <pid>` on {'its' if one else 'each'} machine; "
+                    f"{'it' if one else 'they'} skipped the call or never got to it"]
+        lines = f"{who}'s line" if one else f"the lines of {who}"
+        return [f"look at {lines} above: {'it' if one else 'they'} skipped the call, or "
                 f"wait{'s' if one else ''} there for something that never comes"]
     if kind == "p2p_deadlock":
         return ["post both sides of each exchange in one batch_isend_irecv, or reorder the "

@@ -61,9 +61,16 @@ def group_name(g: Group | None, key: str = "") -> str:
     return g.display
 
 
+_CREATIONS = ("new_group", "init_process_group")
+"""A finding's op when a rank never created a group (no collective of it yet)."""
+
+
 def call_text(f: Finding) -> str:
     """``all_reduce #5 of mesh_dp``: the collective a finding is about (``a collective of
-    mesh_dp`` when neither its op nor its number is known)."""
+    mesh_dp`` when neither its op nor its number is known; ``the creation of experts``
+    when the call is the group's creation)."""
+    if f.op in _CREATIONS:
+        return f"the creation of {group_name(f.group)} ({f.op})"
     seq = f" #{f.collective_seq_id}" if f.collective_seq_id else ""
     what = f.op or ("collective" if seq else "a collective")
     return f"{what}{seq} of {group_name(f.group)}"
