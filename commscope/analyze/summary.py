@@ -83,6 +83,8 @@ def _doing(f: Finding, load: LoadResult | None = None) -> str:
     one = len(f.culprit_ranks) == 1
     side = f.details.get("side") if isinstance(f.details, dict) else None
     if kind == "device_stopped":
+        if f.details.get("failed"):
+            return f"device stopped (its work on {call_text(f)} ended with an error)"
         return f"device stopped (its peers finished {call_text(f)}, not it)" \
             if f.collective_seq_id else "device stopped"
     if kind == "missing_rank":

@@ -44,6 +44,7 @@ from tests.ncclbed.device import SIGNAL_KEY, VARIANTS, dump_path
 __all__ = ["JobResult", "run_job"]
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 @dataclass
@@ -60,11 +61,20 @@ class JobResult:
     timed_out: bool = False
 
 
-def _subreaper() -> None:
+def _subreaper(on: bool) -> bool:
+    """Make this process the subreaper of its descendants (``on``) or stop being one;
+    returns whether it was one before. A host's device outlives a host that died: it is
+    reparented here, not to init, and reaped with the job. The state is put back when
+    the job ends: a test process that stayed a subreaper would inherit every orphan of
+    later tests (simulated hosts' processes) and never reap them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = ctypes.c_int(0)
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
     except (OSError, AttributeError):
         pass
+    return bool(before.value)
 
 
 def _host_main(rank: int, world: int, fn: Callable[[int, int], None], work: Path,
@@ -119,7 +129,7 @@ def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
     hosts' store); ``live(store_path)`` is called once the job stopped, before any
     process is killed (to read what ``commscope watch`` would); ``observe(store_path,
     ended)`` runs in a thread of this process for as long as the job does (a watcher)."""
-    _subreaper()
+    was_subreaper = _subreaper(True)
     dump_dir.mkdir(parents=True, exist_ok=True)
     result = JobResult()
     start = time.monotonic()
@@ -179,18 +189,24 @@ def run_job(fn: Callable[[int, int], None], world: int, dump_dir: Path, *,
                     os.killpg(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            _reap_all()
+            _reap_all(list(pids.values()))
+            _subreaper(was_subreaper)
     result.elapsed_s = time.monotonic() - start
     return result
 
 
-def _reap_all(grace_s: float = 10.0) -> None:
-    """Reap every child (hosts, and devices whose host died: we are their subreaper)."""
+def _reap_all(groups: list[int], grace_s: float = 10.0) -> None:
+    """Reap every process of the job: the hosts and their devices, each host's process
+    group (a device whose host died was reparented here, the subreaper), and no other
+    child of this process."""
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            time.sleep(0.05)
+    todo = set(groups)
+    while todo and time.monotonic() < deadline:
+        for pgid in list(todo):
+            try:
+                pid, _ = os.waitpid(-pgid, os.WNOHANG)
+            except ChildProcessError:
+                todo.discard(pgid)  # nothing of that group is left
+                continue
+            if pid == 0:
+                time.sleep(0.02)

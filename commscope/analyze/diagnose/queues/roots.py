@@ -35,7 +35,7 @@ from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.queues.graph import QueueGraph, Stale
 from commscope.analyze.diagnose.timing import pending_age_ns
 from commscope.analyze.diagnose.waits import Wait, find_cycles, reaching
-from commscope.analyze.model import Finding
+from commscope.analyze.model import FAILED, Finding
 from commscope.analyze.text import frame_text, ms, place_text, plural, ranks_phrase
 
 __all__ = ["queue_findings", "item_text", "ThreadRoot"]
@@ -115,6 +115,57 @@ def _device_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgre
                  f"{_last_issued(ctx, rank)}.{_behind_text(ctx, {rank}, direct, reach)}"),
         details={"side": "device", "frames": {rank: ctx.frames.frame(rank, item.index)},
                  "finished_by": stale.finished_by, "running_on": stale.running_on},
+    )
+
+
+def _failed_item(progress: RankProgress) -> Item | None:
+    """The oldest unfinished op of a rank's queue whose work ended with an error
+    (commscope's records: ``failed``), else ``None``."""
+    d = progress.dump
+    if d is None:
+        return None
+    for item in progress.queue:
+        if item.seq is not None:
+            t = d.tracks.get(item.group)
+            if t is not None and t.lo <= item.seq <= t.hi and t.status[item.seq - t.lo] & FAILED:
+                return item
+        elif any(op.status & FAILED for op in item.ops):
+            return item
+    return None
+
+
+def _failed_devices(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgress],
+                    skip: set[int]) -> list[tuple[int, Item]]:
+    """Device ranks whose own works ended with an error (a CUDA error, an NCCL error on
+    their communicator: our recorder marks the work failed), when that is local: fewer
+    than half of the ranks with unfinished work have a failed one (every rank failing
+    is a job-wide abort or a timeout, whose cause lies elsewhere) and no crash explains
+    it (``skip``). Their peers may not wait on them yet: our dump on the error is taken
+    at once, and the error is the evidence."""
+    failed = [(r, item) for r, p in sorted(progress.items())
+              if p.device and r not in skip and (item := _failed_item(p)) is not None]
+    busy = sum(1 for p in progress.values() if p.queue)
+    return failed if failed and 2 * len(failed) < busy else []
+
+
+def _failed_finding(ctx: Context, qg: QueueGraph, rank: int, item: Item) -> Finding:
+    d = ctx.load.dumps[rank]
+    reason = f" (it dumped on {d.dump_reason})" if d.dump_reason else ""
+    direct = sorted({w.waiter for w in qg.graph.edges() if w.target == rank})
+    reach = reaching({rank}, qg.graph)
+    sig = ctx.sig(rank, item.group, item.seq) if item.seq is not None else None
+    return Finding(
+        kind="device_stopped", group=ctx.groups.get(item.group), collective_seq_id=item.seq,
+        op=sig.op if sig else ("send/recv" if item.ops else None),
+        culprit_ranks=[rank], waiting_ranks=sorted(reach), blocking=True,
+        message=(f"Rank {rank}{ctx.on_hosts([rank])}'s device stopped: its work on "
+                 f"{item_text(ctx, rank, item)} ended with an error{reason}, a CUDA or "
+                 "NCCL error on its device or communicator, while no other rank's failed: "
+                 "nothing queued on it after that can finish. Its thread went on issuing: "
+                 f"its last issued op is {_last_issued(ctx, rank)}."
+                 f"{_behind_text(ctx, {rank}, direct, reach)}"),
+        details={"side": "device", "frames": {rank: ctx.frames.frame(rank, item.index)},
+                 "failed": True},
     )
 
 
@@ -524,8 +575,10 @@ def _unless_caught_running(progress: dict[int, RankProgress], findings: list[Fin
     all, dumps without a time (PyTorch's) caught a job still running, a moment apart,
     and the records a peer finished are the later dumps' lead, not a stopped device.
     Those device findings go (their ranks are then read as work in flight); dumps that
-    carry their time were weighed against it already (``RankProgress.sees``)."""
-    devices = [f for f in findings if f.kind == "device_stopped"]
+    carry their time were weighed against it already (``RankProgress.sees``). A device
+    whose works failed is told by its error, not by who waits on it: it stays."""
+    devices = [f for f in findings
+               if f.kind == "device_stopped" and not f.details.get("failed")]
     if not devices or all(p.as_of is not None for p in progress.values()):
         return findings, named
     busy = {r for r, p in progress.items() if p.queue}
@@ -533,7 +586,7 @@ def _unless_caught_running(progress: dict[int, RankProgress], findings: list[Fin
     if len(busy - covered) * 4 < len(busy):
         return findings, named
     dropped = {r for f in devices for r in f.culprit_ranks}
-    return [f for f in findings if f.kind != "device_stopped"], named - dropped
+    return [f for f in findings if f not in devices], named - dropped
 
 
 def queue_findings(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgress],
@@ -551,6 +604,9 @@ def queue_findings(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgres
         made = _cycle_finding(ctx, qg, progress, cycle)
         findings += made
         named.update(w.waiter for w in cycle)
+    for rank, item in _failed_devices(ctx, qg, progress, named):
+        findings.append(_failed_finding(ctx, qg, rank, item))
+        named.add(rank)
     for rank in _stopped_devices(ctx, qg, progress, named | lack_targets):
         findings.append(_device_finding(ctx, qg, progress, rank, qg.stale[rank]))
         named.add(rank)
