@@ -19,6 +19,7 @@ __all__ = [
     "STARTED",
     "COMPLETED",
     "FAILED",
+    "TIMED_TAIL",
     "GAP",
     "Sig",
     "SigTable",
@@ -164,6 +165,11 @@ class SigTable:
         return sid
 
 
+TIMED_TAIL = 256
+"""How many of a track's newest collectives keep their device times (the straggler
+figures read no more: :data:`commscope.analyze.align.arrivals.WINDOW`)."""
+
+
 @dataclass(slots=True)
 class Track:
     """One rank's collectives in one group, dense by sequence number.
@@ -187,10 +193,12 @@ class Track:
     mk: array | None = None
     """Match-key ids, filled in after loading (``array('l')``)."""
     duration: array | None = None
-    """On a device backend with timing: how long the device spent in each collective
-    (ns, from ``duration_ms``; 0 when not recorded; ``array('q')``), else ``None``."""
+    """On a device backend with timing: how long the device spent in each of the newest
+    :data:`TIMED_TAIL` collectives (ns, from ``duration_ms``; 0 when not recorded;
+    ``array('q')``; position ``i`` of the track is ``i - (len(track) - len(duration))``
+    here), else ``None``."""
     done: array | None = None
-    """With :attr:`duration`: when each collective's completion was seen
+    """With :attr:`duration`: when each of them was seen completed
     (``time_discovered_completed_ns``, 0 when not; ``array('q')``)."""
 
     @property

@@ -45,15 +45,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commscope.analyze.align.match import GroupView
-from commscope.analyze.model import COMPLETED, GAP, RETIRED, LoadResult, RankDump, Track
+from commscope.analyze.model import (
+    COMPLETED,
+    GAP,
+    RETIRED,
+    TIMED_TAIL,
+    LoadResult,
+    RankDump,
+    Track,
+)
 
 __all__ = ["Arrivals", "HostLag", "Thresholds", "DEFAULT_THRESHOLDS", "STRAGGLER_MS",
            "LAST_SHARE", "MIN_TIMED", "MIN_LOST_SHARE", "group_arrivals", "note_clocks", "tally",
            "unusable",
            "WINDOW", "BUDGET"]
 
-WINDOW = 256
-"""Newest collectives read per group."""
+WINDOW = TIMED_TAIL
+"""Newest collectives read per group (a device backend's tracks keep their device times
+for no more: :data:`commscope.analyze.model.TIMED_TAIL`)."""
 BUDGET = 400_000
 """Arrivals read in all, over every group (bounded work on huge jobs)."""
 
@@ -236,14 +245,21 @@ def _device_arrivals(tracks: list[Track], windows: list[tuple[int, int]]) -> lis
     0 where a member's duration or every completion is missing (not timed)."""
     out = [array("q", bytes(8 * (b - a))) for a, b in windows]
     n = windows[0][1] - windows[0][0]
+    # the times cover each track's tail only: position i of a track is i - off there
+    offs = [len(t.sig) - len(t.duration) for t in tracks]  # type: ignore[arg-type]
+
+    def at(col: array, k: int, j: int) -> int:
+        i = windows[k][0] + j - offs[k]
+        return col[i] if 0 <= i < len(col) else 0
+
     for j in range(n):
-        ends = sorted(t.done[a + j] for t, (a, _) in zip(tracks, windows)  # type: ignore[index]
-                      if t.done[a + j] > 0)  # type: ignore[index]
+        ends = sorted(e for e in (at(t.done, k, j) for k, t in enumerate(tracks))  # type: ignore[arg-type]
+                      if e > 0)
         if not ends:
             continue
         end = ends[len(ends) // 2]
-        for k, (t, (a, _)) in enumerate(zip(tracks, windows)):
-            dur = t.duration[a + j]  # type: ignore[index]
+        for k, t in enumerate(tracks):
+            dur = at(t.duration, k, j)  # type: ignore[arg-type]
             out[k][j] = end - dur if dur > 0 else 0
     return out
 

@@ -34,6 +34,7 @@ from commscope.analyze.model import (
     DEVICE_BACKENDS,
     GAP,
     RETIRED,
+    TIMED_TAIL,
     Creation,
     P2POp,
     RankDump,
@@ -405,14 +406,16 @@ def extract_dump(data: Any, path: str, name_rank: int | None, *,
 
 def _device_times(dump: RankDump, entries: list[Any], ends: array) -> None:
     """Each track's ``duration`` and ``done`` columns on a device backend with timing:
-    how long the device spent in each collective (``duration_ms``, from its CUDA events)
-    and when its completion was seen (``ends``: by position in the file); 0 when not
+    how long the device spent in each of its newest :data:`TIMED_TAIL` collectives
+    (``duration_ms``, from its CUDA events) and when its completion was seen (``ends``:
+    by position in the file); 0 when not
     recorded. The analyzer times arrivals from them (a call's ``time_created_ns`` there
     is its enqueue). A dump without any duration keeps ``None``."""
     for t in dump.tracks.values():
-        durs = array("q", bytes(8 * len(t.sig)))
-        done = array("q", bytes(8 * len(t.sig)))
-        for j, i in enumerate(t.index):
+        tail = list(t.index)[-TIMED_TAIL:]  # the straggler figures read no more
+        durs = array("q", bytes(8 * len(tail)))
+        done = array("q", bytes(8 * len(tail)))
+        for j, i in enumerate(tail):
             e = entries[i] if 0 <= i < len(entries) else None
             dur = e.get("duration_ms") if isinstance(e, dict) else None
             if type(dur) in (int, float) and 0 <= dur < 1e9:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from commscope.analyze.align.progress import Item, RankProgress, status_by_group
 from commscope.analyze.diagnose.context import Context
 from commscope.analyze.diagnose.waits import Wait, WaitGraph
-from commscope.analyze.model import COMPLETED, RETIRED, P2POp, RankDump
+from commscope.analyze.model import COMPLETED, RETIRED, Group, P2POp, RankDump
 
 __all__ = ["Stale", "QueueGraph", "queue_waits", "partner"]
 
@@ -145,38 +145,76 @@ def _item_of(prog: RankProgress, op: P2POp) -> Item | None:
     return next((it for it in prog.queue if any(o is op for o in it.ops)), None)
 
 
+@dataclass
+class _Members:
+    """One collective's members, each told once for every rank whose head it is (a
+    group of 4 096 ranks waiting in one collective costs N, not N squared)."""
+
+    ordered: list[tuple[int, str]]
+    """(member, why) of the members a rank with this head waits for, in group order:
+    ``nodump``, ``lack`` (issued less; kept only if its dump is late enough to show
+    it, :meth:`RankProgress.sees`) or ``behind`` (another head)."""
+    finished: list[int]
+    """Members that finished it."""
+    started: list[int]
+    """Members whose head it is too, and whose device started it."""
+    peers: int
+    """Members with a dump."""
+
+
+def _members(ctx: Context, progress: dict[int, RankProgress], g: Group, head: Item
+             ) -> _Members:
+    seq = head.seq
+    assert seq is not None
+    ordered: list[tuple[int, str]] = []
+    finished, started = [], []
+    peers = 0
+    for q in g.ranks:
+        if q not in ctx.load.dumps:
+            ordered.append((q, "nodump"))
+            continue
+        peers += 1
+        other = progress[q]
+        if other.issued(head.group) < seq:
+            ordered.append((q, "lack"))
+        elif other.finished(head.group, seq):
+            finished.append(q)
+        elif head.same(other.head):
+            if other.head is not None and other.head.started:
+                started.append(q)
+        else:
+            ordered.append((q, "behind"))
+    return _Members(ordered, finished, started, peers)
+
+
 def _collective_waits(ctx: Context, progress: dict[int, RankProgress], r: int, head: Item,
-                      waits: list[Wait], stale: dict[int, Stale]) -> None:
-    """Step 1 (and 3) for a head that is a collective."""
+                      waits: list[Wait], stale: dict[int, Stale],
+                      told: dict[tuple[str, int], _Members]) -> None:
+    """Step 1 (and 3) for a head that is a collective (``told``: its members, told once
+    per collective)."""
     seq = head.seq
     assert seq is not None
     g = ctx.groups.get(head.group)
     if g is None:
         return
+    m = told.get((head.group, seq))
+    if m is None:
+        m = told[(head.group, seq)] = _members(ctx, progress, g, head)
     op = "collective"
-    finished, peers, running = [], [], []
-    for q in g.ranks:
+    created = None
+    for q, why in m.ordered:
         if q == r:
             continue
-        if q not in ctx.load.dumps:
-            waits.append(Wait(r, q, head.group, seq, op, "nodump"))
-            continue
-        peers.append(q)
-        other = progress[q]
-        if other.issued(head.group) < seq:
-            if other.sees(progress[r].created(head.group, seq)):
-                waits.append(Wait(r, q, head.group, seq, op, "lack"))
-            # else q's dump was taken before r issued it: it shows nothing of it
-        elif other.finished(head.group, seq):
-            finished.append(q)
-        elif head.same(other.head):
-            if other.head is not None and other.head.started and not head.started \
-                    and progress[r].kind.timing:
-                running.append(q)
-        else:
-            waits.append(Wait(r, q, head.group, seq, op, "behind"))
-    if running and len(running) + len(finished) == len(peers):
-        stale[r] = Stale(head, finished_by=finished, running_on=running)
+        if why == "lack":
+            if created is None:
+                created = progress[r].created(head.group, seq) or 0
+            if not progress[q].sees(created or None):
+                continue  # q's dump was taken before r issued it: it shows nothing of it
+        waits.append(Wait(r, q, head.group, seq, op, why))
+    running = [q for q in m.started if q != r] if not head.started \
+        and progress[r].kind.timing else []
+    if running and len(running) + len(m.finished) == m.peers - 1:
+        stale[r] = Stale(head, finished_by=list(m.finished), running_on=running)
 
 
 def _p2p_waits(ctx: Context, progress: dict[int, RankProgress], r: int, head: Item,
@@ -229,6 +267,7 @@ def queue_waits(ctx: Context, progress: dict[int, RankProgress],
     waits: list[Wait] = list(extra)
     stale: dict[int, Stale] = {}
     heads: dict[int, Item] = {}
+    told: dict[tuple[str, int], _Members] = {}
     for r in sorted(progress):
         prog = progress[r]
         head = prog.head
@@ -243,7 +282,7 @@ def queue_waits(ctx: Context, progress: dict[int, RankProgress],
             stale[r] = Stale(item, finished_by=peers, phantoms=[it for it, _ in ran])
             continue
         if head.seq is not None:
-            _collective_waits(ctx, progress, r, head, waits, stale)
+            _collective_waits(ctx, progress, r, head, waits, stale, told)
         else:
             _p2p_waits(ctx, progress, r, head, waits, stale)
     for s in stale.values():

@@ -308,15 +308,28 @@ def _thread_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgre
     )
 
 
+def _most_issued(ctx: Context, progress: dict[int, RankProgress], group: str,
+                 tops: dict[str, int]) -> int:
+    """The most any member issued of ``group`` (remembered in ``tops``: asked per rank,
+    counted once per group)."""
+    top = tops.get(group)
+    if top is None:
+        g = ctx.groups[group]
+        top = tops[group] = max((progress[q].issued(group) for q in g.ranks
+                                 if q in progress), default=0)
+    return top
+
+
 def _issued_behind(ctx: Context, progress: dict[int, RankProgress], rank: int,
-                   agreed: bool = False) -> ThreadRoot:
+                   agreed: bool = False, tops: dict[str, int] | None = None) -> ThreadRoot:
     """The groups where peers of ``rank`` issued collectives it never did (the first it
     lacks, and who issued it); empty when it kept up everywhere. ``agreed`` (a rank whose
     own device still has work): only groups whose other members all issued the same,
     higher count (they all stopped at one place of the program, this rank short of it),
     and one of which went past this rank's point while its own device had not finished
     the work up to it (so no host sync lies between: this rank's thread did not stop to
-    wait for its device there)."""
+    wait for its device there). ``tops``: each group's most issued, shared across calls."""
+    tops = {} if tops is None else tops
     root = ThreadRoot()
     prog = progress[rank]
     when = prog.as_of - SEEN_MARGIN_NS if prog.as_of is not None else None
@@ -324,6 +337,9 @@ def _issued_behind(ctx: Context, progress: dict[int, RankProgress], rank: int,
         g = ctx.groups.get(name)
         if g is None:
             continue
+        top = _most_issued(ctx, progress, name, tops)
+        if top <= gp.issued:
+            continue  # nobody issued more (as far as any dump goes): nothing to lack
         # what the others had issued by the time this rank's dump was taken
         others = {q: progress[q].issued_by(name, when) for q in g.ranks if q != rank
                   and q in progress and name in progress[q].groups}
@@ -624,10 +640,11 @@ def queue_findings(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgres
         # the job is stuck on those: a rank whose thread also stopped short of where its
         # peers went is a second fault, though nobody reached its missing op yet (with
         # nothing stuck, a rank a little behind is a dump taken a moment earlier)
+        tops: dict[str, int] = {}
         for rank, prog in sorted(progress.items()):
             if rank in named or not prog.device or rank in qg.stale:
                 continue
-            behind = _issued_behind(ctx, progress, rank, agreed=bool(prog.queue))
+            behind = _issued_behind(ctx, progress, rank, agreed=bool(prog.queue), tops=tops)
             if behind.missing:
                 findings.append(_thread_finding(ctx, qg, progress, rank, behind))
                 named.add(rank)
