@@ -31,7 +31,7 @@ from commscope.analyze.align.arrivals import (
     Thresholds,
 )
 from commscope.analyze.model import Finding, Group, HostMap, LoadResult
-from commscope.analyze.text import frame_text, place_text, plural, rank_list
+from commscope.analyze.text import frame_text, ms, place_text, plural, rank_list
 
 __all__ = ["stuck_lines", "culprit_line", "who_text", "slowest_rows", "slowest_lines",
            "group_name", "call_text"]
@@ -333,7 +333,7 @@ def _host_line(row: dict[str, Any], h: dict[str, Any]) -> str:
         f"the {row['samples']} timed collectives ({', '.join(ops[:3])}{', ...' * (len(ops) > 3)})"
     return (f"{h['host']} (ranks {rank_list(h['ranks'])}) arrives last in "
             f"{h['share'] * 100:.0f} % of {what} of {row['group']}, median lag "
-            f"{h['lag_median_ms']:.0f} ms, p90 {h['lag_p90_ms']:.0f} ms (slow host)")
+            f"{ms(h['lag_median_ms'] * 1e6)}, p90 {ms(h['lag_p90_ms'] * 1e6)} (slow host)")
 
 
 def slowest_lines(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
@@ -345,8 +345,8 @@ def slowest_lines(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
     for row in rows[:limit]:
         lost = f"{row['lost_share'] * 100:.1f} % of its ranks' time lost waiting"
         parts = [f"rank {x['rank']}{' (' + x['host'] + ')' if x['host'] and row['hosts'] else ''}"
-                 f" last at {x['last']}/{row['samples']}, lag median {x['lag_median_ms']:.2f} ms"
-                 f" p90 {x['lag_p90_ms']:.2f} ms{' (straggler)' if x['straggler'] else ''}"
+                 f" last at {x['last']}/{row['samples']}, lag median {ms(x['lag_median_ms'] * 1e6)}"
+                 f" p90 {ms(x['lag_p90_ms'] * 1e6)}{' (straggler)' if x['straggler'] else ''}"
                  for x in row["ranks"]]
         lines.append(f"{row['group']} (#{row['first_seq']}-#{row['last_seq']}): {lost}; "
                      + "; ".join(parts))

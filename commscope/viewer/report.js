@@ -27,6 +27,12 @@
     return node;
   }
 
+  // a duration as the text report writes it (commscope/analyze/text.py: ms)
+  function msText(value) {
+    if (value >= 1000) { return (value / 1000).toFixed(1) + " s"; }
+    return value >= 10 ? value.toFixed(0) + " ms" : value.toFixed(2) + " ms";
+  }
+
   function rankText(list) {
     if (!list || !list.length) { return "none"; }
     var out = [], start = list[0], prev = list[0];
@@ -106,15 +112,15 @@
         ranks: row.ranks.map(function (x) {
           return "rank " + x.rank + (x.host && row.hosts.length ? " (" + x.host + ")" : "") +
             ": last " + x.last + "/" + row.samples + ", lag median " +
-            x.lag_median_ms.toFixed(2) + " ms, p90 " + x.lag_p90_ms.toFixed(2) + " ms" +
+            msText(x.lag_median_ms) + ", p90 " + msText(x.lag_p90_ms) +
             (x.straggler ? " (straggler)" : "");
         }).join("; "),
         hosts: row.hosts.map(function (h) {
           var text = h.host + (h.ranks ? " (ranks " + h.ranks.join(", ") + ")" : "") +
             ": last " + h.last + "/" + row.samples;
           if (h.straggler) {
-            text += ", lag median " + h.lag_median_ms.toFixed(2) + " ms, p90 " +
-              h.lag_p90_ms.toFixed(2) + " ms (slow host)";
+            text += ", lag median " + msText(h.lag_median_ms) + ", p90 " +
+              msText(h.lag_p90_ms) + " (slow host)";
           }
           return text;
         }).join("; "),

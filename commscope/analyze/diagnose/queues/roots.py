@@ -545,11 +545,15 @@ def _inside_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgre
     caught running (a note); without times it cannot be told (undecided)."""
     timing = all(progress[r].kind.timing for r in ranks)
     reach = reaching(set(ranks), qg.graph)
-    behind = f" {ranks_phrase(sorted(reach)).capitalize()} wait behind them." if reach else ""
+    behind = (f" {ranks_phrase(sorted(reach)).capitalize()} "
+              f"wait{'s' if len(reach) == 1 else ''} behind "
+              f"{'it' if len(ranks) == 1 else 'them'}.") if reach else ""
     what = item_text(ctx, ranks[0], item)
     ages = [pending_age_ns(ctx, r) for r in ranks]
     timed_out = any(ctx.load.dumps[r].dump_reason == "timeout" for r in ranks)
-    head = (f"{ranks_phrase(ranks).capitalize()} all have {what} as their oldest unfinished "
+    have = "has" if len(ranks) == 1 else "all have"
+    their = "its" if len(ranks) == 1 else "their"
+    head = (f"{ranks_phrase(ranks).capitalize()} {have} {what} as {their} oldest unfinished "
             "op, every member issued it and none finished it")
     at = f"rank {ranks[0]} issued it at {_where(ctx, ranks[0], item.index)}"
     known = [a for a in ages if a is not None]
