@@ -130,6 +130,8 @@ def _headline(verdict: str, roots: list[Finding], findings: list[Finding],
         first = next((f for f in findings if f.kind != "straggler"), None)
         kind = first.kind if first is not None else ""
         why = _UNDECIDED.get(kind, kind.replace("_", " ") or "nothing to read")
+        if first is not None and first.details.get("no_records"):
+            why = "they hold no record (notes)"
         return f"{head}: the dumps cannot decide: {why}"
     if not roots:
         return f"{head}: see the findings below"
@@ -198,6 +200,8 @@ def _note_line(kind: str, notes: list[Finding]) -> str:
     if kind == "truncated_history":
         ranks = sorted({r for f in notes for r in f.details.get("ranks", f.culprit_ranks)})
         groups = len({f.group.key for f in notes if f.group is not None})
+        if not groups and not ranks:  # no record at all: the finding says why itself
+            return notes[0].message
         undecided = any(f.details.get("undecided") for f in notes)
         what = ("hold no record of groups they belong to" if undecided else
                 "kept only their newest records (their rings wrapped)")

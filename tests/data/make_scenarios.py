@@ -1553,13 +1553,13 @@ def _one_f_one_b_step(stage: int, stages: int, microbatches: int, prev: int | No
         _p2p_batch(send_bwd)
 
 
-def _one_f_one_b(rank: int, world: int, microbatches: int, skipper: int, skip_recv: int
-                 ) -> None:
+def _one_f_one_b(rank: int, world: int, microbatches: int, skipper: int, skip_recv: int,
+                 skip_step: int = 1) -> None:
     """Two 1F1B steps of a ``world``-stage pipeline, each ending in the loss all_reduce;
-    in the second, stage ``skipper`` leaves out microbatch ``skip_recv``'s recv."""
+    in step ``skip_step``, stage ``skipper`` leaves out microbatch ``skip_recv``'s recv."""
     prev, nxt = _neighbours(rank, rank, world)
     for step in range(2):
-        skip = skip_recv if (rank == skipper and step == 1) else None
+        skip = skip_recv if (rank == skipper and step == skip_step) else None
         _one_f_one_b_step(rank, world, microbatches, prev, nxt, skip)
         dist.all_reduce(torch.ones(2))
     hang()
@@ -1579,6 +1579,14 @@ def pipeline_1f1b_skip_last_recv(rank: int, world: int) -> None:
     steady state) and goes on to its cool-down: stage 1 blocks in that activation send,
     stage 2 in its last gradient send to stage 1."""
     _one_f_one_b(rank, world, 8, skipper=2, skip_recv=7)
+
+
+def pipeline_1f1b_skip_first_step_recv(rank: int, world: int) -> None:
+    """A 4-stage 1F1B pipeline of 8 microbatches: in the very first step (no step before
+    it to compare with) stage 1 leaves out microbatch 1's activation recv, in its warm-up.
+    The schedule goes on one recv short until stage 0's last activation send finds no
+    recv."""
+    _one_f_one_b(rank, world, 8, skipper=1, skip_recv=1, skip_step=0)
 
 
 def _read_sample(rank: int, step: int) -> torch.Tensor:
@@ -1933,6 +1941,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("pipeline_1f1b_skip_last_recv", 4, pipeline_1f1b_skip_last_recv,
              Expect("hang", "p2p_unmatched", [2], waiting=[0, 1, 3],
                     says=["rank 2 posted 15 recvs from rank 1, 1 recv fewer"])),
+    Scenario("pipeline_1f1b_skip_first_step_recv", 4, pipeline_1f1b_skip_first_step_recv,
+             Expect("hang", "p2p_unmatched", [1], waiting=[0, 2, 3],
+                    says=["rank 1 posted 7 recvs from rank 0, 1 recv fewer"]),
+             live=False),
     Scenario("loader_thread_dies", 4, loader_thread_dies,
              Expect("hang", "missing_rank", [1], waiting=[0, 2, 3],
                     says=["thread loader died", "ValueError", "corrupt sample 3",

@@ -48,6 +48,8 @@ LEAKS = {
     "a sequence number that is none": re.compile(r"#-1\b|#0\b"),
     "an article before a number": re.compile(r"\ba (collective|call) #\d"),
     "a doubled word": re.compile(r"\b(the|of|in|a|and|to|is|it) \1\b"),
+    "an empty list of ranks or a count of none": re.compile(
+        r"\branks none\b|(?<![\d.,])\b0 (ranks|groups|records|collectives|ops)\b"),
 }
 
 

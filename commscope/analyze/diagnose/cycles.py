@@ -16,10 +16,14 @@ Algorithm (:func:`cycle_finding`):
    forward pass and deadlocks later, in the backward pass); so did a rank whose ops
    repeat a whole step (a 1F1B pipeline: forward and backward ops interleave, so no
    short period holds) except that partner, left out once, the ops after it going on
-   as the previous step did after it (:func:`_skipped_in_step`). When some but not all
-   ranks of the component do, they are the ``p2p_unmatched`` culprits. Otherwise the
-   component is a ``p2p_deadlock``: each rank posted its op before the one its peer
-   waits for.
+   as the previous step did after it (:func:`_skipped_in_step`). When no rank's own
+   history shows a skip (the first step of a 1F1B pipeline has no step before it), a
+   pipeline stage's counts may (:func:`_relay_gaps`): a stage passes on what it
+   receives (activations forward, gradients back), so it never posts more sends to one
+   neighbour than recvs from the other; one that did, while that other neighbour waits
+   in a send to it, skipped a recv and went on. When some but not all ranks of the
+   component do, they are the ``p2p_unmatched`` culprits. Otherwise the component is a
+   ``p2p_deadlock``: each rank posted its op before the one its peer waits for.
 3. A cycle through a send/recv and collectives: the peer of its first send/recv link
    never posted the partner op and went on to wait itself: ``p2p_unmatched``.
 4. A cycle through collectives of several groups is a ``cross_group_deadlock``. Each
@@ -174,25 +178,62 @@ def _skipped_in_step(tokens: list[tuple[str, str, int | None]], first: int,
     return False
 
 
-def _pattern_breakers(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, bool]:
+_AT_FIRST_UNFINISHED = ("repeats every step until there, then it skipped that op and went "
+                        "on")
+_EARLIER = "repeats, but earlier it once skipped that op and went on"
+
+
+def _pattern_breakers(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, str]:
     """The ranks of ``comp`` that skipped a send/recv and went on (step 2), each with
-    whether the skip is earlier in its history (``True``) rather than its first
-    unfinished op."""
-    out: dict[int, bool] = {}
+    how its own ops show it (the end of the finding's "its own send/recv schedule ..."
+    clause)."""
+    out: dict[int, str] = {}
     for r in sorted(comp):
         tokens, first = _p2p_tokens(ctx, r)
         if first > 0 and _breaks_period(tokens, first):
-            out[r] = False
+            out[r] = _AT_FIRST_UNFINISHED
             continue
         wanted = {(w.group, "recv" if w.op == "send" else "send", w.waiter)
                   for w in cycle if w.target == r and w.seq is None}
         if first > 0 and any(_skipped_once(tokens, first, t) or _skipped_in_step(tokens, first, t)
                              for t in sorted(wanted)):
-            out[r] = True
+            out[r] = _EARLIER
+    return out or _relay_gaps(ctx, comp, cycle)
+
+
+def _relay_gaps(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, str]:
+    """The pipeline stages of ``comp`` that passed on more than they received (step 2's
+    last test): rank ``r`` exchanges sends and recvs with two neighbours ``a`` and ``b``
+    of one group (a stage between two others, both directions used: forward and
+    backward), posted more sends to ``b`` than recvs from ``a``, and ``a`` waits in the
+    cycle in a send to ``r``. A stage can only send on what it received (the recv is
+    posted first, alone or batched with the send), so the missing recv was skipped."""
+    out: dict[int, str] = {}
+    for w in cycle:
+        r, a = w.target, w.waiter
+        if w.seq is not None or w.op != "send" or r not in comp or r in out:
+            continue
+        d = ctx.load.dumps.get(r)
+        if d is None:
+            continue
+        counts: dict[tuple[str, int | None], int] = {}
+        for o in d.p2p:
+            if o.group == w.group:
+                counts[(o.op, o.peer)] = counts.get((o.op, o.peer), 0) + 1
+        peers = {p for _, p in counts if p is not None}
+        got = counts.get(("recv", a), 0)
+        for b in sorted(peers - {a}):
+            two_way = all(counts.get((op, p), 0) for op in ("send", "recv") for p in (a, b))
+            sent = counts.get(("send", b), 0)
+            if two_way and sent > got:
+                out[r] = (f"passes on what it receives, yet it posted {plural(sent, 'send')} "
+                          f"to rank {b} against {plural(got, 'recv')} from rank {a}: it "
+                          "skipped a recv and went on")
+                break
     return out
 
 
-def _broken_pattern_finding(ctx: Context, broke: dict[int, bool], cycle: list[Wait],
+def _broken_pattern_finding(ctx: Context, broke: dict[int, str], cycle: list[Wait],
                             comp: set[int], graph: WaitGraph,
                             details: dict[str, object]) -> Finding:
     culprit = min(broke)
@@ -202,14 +243,15 @@ def _broken_pattern_finding(ctx: Context, broke: dict[int, bool], cycle: list[Wa
     waiting = sorted((comp | reaching(comp, graph)) - set(broke))
     others = [w for w in waiting if w != link.waiter]
     hops, _ = _cycle_hops(ctx, cycle)
-    how = ("repeats, but earlier it once skipped that op and went on" if broke[culprit]
-           else "repeats every step until there, then it skipped that op and went on")
+    how = broke[culprit]
     return Finding(
         kind="p2p_unmatched", group=ctx.groups[link.group], collective_seq_id=None,
         op=link.op, culprit_ranks=sorted(broke), waiting_ranks=waiting, blocking=True,
         message=(f"Rank {link.waiter} waits in {link.op} {direction} rank {culprit} "
                  f"({ctx.group_ref(link.group)}) but rank {culprit} never posted the "
-                 f"matching {partner}: its own send/recv schedule {how}"
+                 f"matching {partner}: "
+                 + ("its own send/recv schedule " if how in (_EARLIER, _AT_FIRST_UNFINISHED)
+                    else "it ") + how
                  + _count_gap(ctx, link, culprit) + ", so the two now wait for each "
                  "other: " + ", ".join(hops) + "."
                  + (f" {ranks_phrase(others).capitalize()} {wait_verb(others)} behind them."

@@ -813,9 +813,11 @@ def _nothing_to_read(ctx: Context, findings: list[Finding]) -> list[Finding]:
         return [Finding(
             kind="truncated_history", group=None, collective_seq_id=None, op=None,
             culprit_ranks=[], waiting_ranks=[],
-            message=(f"The {plural(len(ctx.load.dumps), 'dump')} hold no record at all (the "
-                     "recorder was off, e.g. TORCH_FR_BUFFER_SIZE=0, or dumped without "
-                     "collectives), so nothing can be decided."),
-            details={"undecided": True},
+            message=(f"The {plural(len(ctx.load.dumps), 'dump')} hold no record at all, so "
+                     "nothing can be decided: the recorder was off (TORCH_FR_BUFFER_SIZE=0), "
+                     "the job stopped before its first recorded call, or it issued only "
+                     "calls the recorder leaves out (PyTorch's recorder on gloo never records "
+                     "send/recv; commscope's does)."),
+            details={"undecided": True, "no_records": True},
         )]
     return []
