@@ -700,3 +700,49 @@ def test_a_thread_that_dies_is_not_a_dead_rank(tmp_path):
     assert (root.kind, root.culprit_ranks) == ("missing_rank", [1]), root.message
     assert "its thread loader died earlier of ValueError: bad batch 3" in root.message
     assert "thread_died" in kinds
+
+
+# ------------------------------------------------------------ async ops never waited on
+
+
+def _unwaited_async_ops(rank, world_size, out_dir, hang):
+    import torch
+    import torch.distributed as dist
+
+    import commscope.flight as flight
+
+    prefix = os.path.join(out_dir, "rank_")
+    _init(rank, world_size, dump_prefix=prefix, timeout_s=1.5, poll_interval_s=0.2,
+          handle_signals=False, dump_on_exception=False)
+    kept = []
+    for i in range(3):
+        if rank == 1:
+            time.sleep(0.3)  # rank 0's op is unfinished when it lets go of the work
+        if not (hang and rank == 1 and i == 2):  # hang: rank 1 never issues the third
+            work = dist.all_reduce(torch.ones(1 << 14), async_op=True)
+            if i == 0:
+                kept.append(work)  # held, never waited on
+            # the others: dropped at once, unwaited (fire and forget)
+    time.sleep(3.3)  # two recorder timeouts
+    snap = flight.snapshot()
+    return ([(e["collective_seq_id"], e["state"]) for e in snap["entries"]],
+            sorted(os.path.basename(p) for p in glob.glob(prefix + "*")))
+
+
+def test_async_ops_nobody_waits_on_are_seen_completing_and_never_dump_a_healthy_job(tmp_path):
+    results = run_ranks(_unwaited_async_ops, 2, tmp_path, str(tmp_path), False, timeout=60,
+                        init=False)
+    for rank, (entries, dumps) in enumerate(results):
+        assert entries == [(1, "completed"), (2, "completed"), (3, "completed")], (rank, entries)
+        assert dumps == [], (rank, dumps)  # no timeout: nothing was stuck
+
+
+def test_an_unwaited_async_op_that_never_completes_still_dumps_at_the_timeout(tmp_path):
+    results = run_ranks(_unwaited_async_ops, 2, tmp_path, str(tmp_path), True, timeout=60,
+                        init=False)
+    entries, dumps = results[0]
+    assert entries == [(1, "completed"), (2, "completed"), (3, "started")], entries
+    assert "rank_0" in dumps, dumps
+    dump = _load(str(tmp_path / "rank_0"))
+    assert dump["dump_reason"] == "timeout"
+    assert [(e["collective_seq_id"], e["state"]) for e in dump["entries"]][-1] == (3, "started")

@@ -87,6 +87,8 @@ def build_dump(
     the dump (``commscope_exception``). Never raises for a half-updated entry: fields
     are read as they are.
     """
+    if rec.unwaited:
+        rec.check_unwaited()  # async ops handed out and not waited on: done already?
     if rec.polled:
         rec.poll()  # device-side works (NCCL): learn what completed since the last poll
     groups = list(rec.groups)

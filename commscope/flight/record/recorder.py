@@ -114,6 +114,17 @@ class _Slot:
 SLOT = _Slot()
 
 
+def _wait_failed(work: Any) -> bool:
+    """Whether a completed host-side work (gloo) ended with an error: its ``wait()``
+    returns at once and raises that error (``Work.exception()`` would say it too, with a
+    deprecation warning in the job's log)."""
+    try:
+        work.wait()
+    except Exception:
+        return True
+    return False
+
+
 class Recorder:
     """Per-process recorder state: config, ring, groups, pending entries."""
 
@@ -125,7 +136,15 @@ class Recorder:
         self.pending: dict[int, Entry] = {}
         """Entries issued and not yet known to be completed, by record id."""
         self.polled: dict[int, tuple[Entry, Any]] = {}
-        """Poll-mode works (NCCL) by record id, released once completed."""
+        """Poll-mode works (NCCL; a gloo work dropped before it completed) by record id,
+        released once completed."""
+        self.unwaited: dict[int, weakref.ref[Any]] = {}
+        """The :class:`TrackedWork` wrappers handed out and not yet known completed, by
+        record id, held weakly: :meth:`check_unwaited` asks them before a dump and
+        before calling an entry overdue (an async op nobody waits on completes anyway)."""
+        self.adopted: set[int] = set()
+        """Record ids of :attr:`polled` works that are a backend's own host-side works
+        (gloo), dropped unfinished by their caller (:meth:`adopt`)."""
         self.active = True
         self.global_rank = -1
         self.world_size = -1
@@ -437,7 +456,9 @@ class Recorder:
                 self.complete(e)
                 return work
             if _WRAP_WORKS:
-                return TrackedWork(work, e, self)
+                tracked = TrackedWork(work, e, self)
+                self.unwaited[e.record_id] = weakref.ref(tracked)
+                return tracked
             return self._follow_unwrapped(e, work)
         except Exception as exc:
             self.fail(exc)
@@ -486,6 +507,7 @@ class Recorder:
                 return
             e.retired = True
             self.pending.pop(e.record_id, None)
+            self.unwaited.pop(e.record_id, None)
             if failed:
                 e.failed = True
                 self.failed_collectives += 1
@@ -503,6 +525,29 @@ class Recorder:
         except Exception as exc:
             self.fail(exc)
 
+    def adopt(self, e: Entry, work: Any) -> None:
+        """A :class:`TrackedWork` was dropped before its work completed (an async op
+        nobody waits on): poll the real work until it completes, then let it go, as
+        the backend itself holds it until then."""
+        self.unwaited.pop(e.record_id, None)
+        if not e.retired:
+            self.adopted.add(e.record_id)
+            self.polled[e.record_id] = (e, work)
+
+    def check_unwaited(self, record_ids: Sequence[int] | None = None) -> None:
+        """Ask the works handed out and not waited on yet (all, or those of
+        ``record_ids``) whether they completed; a completed one retires its entry."""
+        for rid in list(self.unwaited) if record_ids is None else record_ids:
+            ref = self.unwaited.get(rid)
+            tracked = ref() if ref is not None else None
+            if tracked is None:
+                self.unwaited.pop(rid, None)
+                continue
+            try:
+                tracked.is_completed()
+            except Exception:
+                pass  # the caller's own calls on the work will tell
+
     def poll(self) -> None:
         """Check poll-mode works (NCCL); release the completed ones."""
         for rid, (e, work) in list(self.polled.items()):
@@ -515,10 +560,14 @@ class Recorder:
             if not done:
                 continue
             if not failed:
-                try:
-                    failed = work_failed(work)
-                except Exception:
-                    failed = False
+                if rid in self.adopted:  # a host-side work: wait() on it returns at once
+                    self.adopted.discard(rid)
+                    failed = _wait_failed(work)
+                else:
+                    try:
+                        failed = work_failed(work)
+                    except Exception:
+                        failed = False
             duration = None
             if self._timing and not failed:
                 try:  # the backend's own device-side timing (NCCL with timing on)
@@ -600,6 +649,9 @@ class Recorder:
                 limit_ns = e.timeout_ms * 1_000_000
             if now_ns - e.time_created_ns > limit_ns:
                 out.append(e)
+        if out and self.unwaited:  # an async op nobody waited on may be done already
+            self.check_unwaited([e.record_id for e in out if e.record_id in self.unwaited])
+            out = [e for e in out if not e.retired]
         return out
 
     def fail(self, exc: BaseException) -> None:

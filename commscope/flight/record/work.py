@@ -10,7 +10,11 @@ notes completion, in the caller's own thread:
 * ``wait()`` returning (eager calls, FSDP, functional collectives' ``wait_tensor``);
 * ``is_completed()`` saying yes;
 * ``get_future()`` (DDP's reducer, comm hooks): a callback on that future marks it;
-* the wrapper being dropped while the real work is already done.
+* the wrapper being dropped: at once when the real work is already done, else the
+  recorder polls the real work until it completes (an async op nobody waits on),
+  holding it no longer than the backend's own queue does;
+* the recorder asking, weakly, before a dump and before it calls an entry overdue (an
+  async op whose work the caller keeps and never waits on).
 
 Hanging a callback on *every* future would make the backend's worker thread take the
 GIL after each op; the wrapper avoids that for everything but future users. It holds
@@ -126,6 +130,9 @@ class TrackedWork(dist.Work):
                 done = self._work.get_future().done()
             if done:
                 self._done()
+            else:  # dropped unfinished: the recorder polls the work until it completes
+                self._entry = None
+                self._recorder.adopt(entry, self._work)
         except Exception:
             pass
 
