@@ -322,6 +322,23 @@ def _jitter_steps(rank: int, pairs: list[list[int]]) -> None:
     finish()
 
 
+def healthy_unwaited_async(rank: int, world: int) -> None:
+    """A healthy job whose ranks issue async all_reduces (a metric, a logging barrier)
+    and never wait on them: the first work is kept, the others dropped at once, while
+    rank 3 is late to each, so they are unfinished when dropped. The recorder's timeout
+    passes while the works sit unwaited; the job then ends well."""
+    kept = []
+    for i in range(3):
+        if rank == 3:
+            time.sleep(0.3)
+        work = dist.all_reduce(torch.ones(1 << 12), async_op=True)
+        if i == 0:
+            kept.append(work)
+    time.sleep(TIMEOUT_S * 2.5)
+    dist.barrier()
+    finish()
+
+
 def healthy_jitter(rank: int, world: int) -> None:
     """No straggler: every rank has the same jitter and work; each step an all_reduce of
     everyone and one in pair_01 or pair_23 (in a pair, one of the two is last every
@@ -1688,6 +1705,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("straggler_compute_heavy", 4, straggler_compute_heavy,
              Expect("healthy", "straggler", [1], says=["Rank 1 arrived last"]),
              timing=True),
+    Scenario("healthy_unwaited_async", 4, healthy_unwaited_async,
+             Expect("healthy", "healthy"), Expect("healthy", "healthy")),
     Scenario("healthy_jitter", 4, healthy_jitter, Expect("healthy", "healthy"),
              timing=True),
     Scenario("healthy_uneven_work", 4, healthy_uneven_work, Expect("healthy", "healthy"),
