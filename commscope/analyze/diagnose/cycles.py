@@ -216,15 +216,12 @@ def _relay_gaps(ctx: Context, comp: set[int], cycle: list[Wait]) -> dict[int, st
         d = ctx.load.dumps.get(r)
         if d is None:
             continue
-        counts: dict[tuple[str, int | None], int] = {}
-        for o in d.p2p:
-            if o.group == w.group:
-                counts[(o.op, o.peer)] = counts.get((o.op, o.peer), 0) + 1
-        peers = {p for _, p in counts if p is not None}
-        got = counts.get(("recv", a), 0)
+        peers = {o.peer for o in d.p2p if o.group == w.group and o.peer is not None}
+        got = _count(ctx, r, w.group, "recv", a)
         for b in sorted(peers - {a}):
-            two_way = all(counts.get((op, p), 0) for op in ("send", "recv") for p in (a, b))
-            sent = counts.get(("send", b), 0)
+            two_way = all(_count(ctx, r, w.group, op, p) for op in ("send", "recv")
+                          for p in (a, b))
+            sent = _count(ctx, r, w.group, "send", b)
             if two_way and sent > got:
                 out[r] = (f"passes on what it receives, yet it posted {plural(sent, 'send')} "
                           f"to rank {b} against {plural(got, 'recv')} from rank {a}: it "

@@ -400,18 +400,9 @@ def _cycle_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgres
             message=(f"{ranks_phrase(comp).capitalize()} deadlock in send/recv: {hops}{also}. "
                      "Each queued its op before the one its peer's device is in: reorder "
                      "them, or post both sides in one batch_isend_irecv."),
-            details={"side": "order", "cycle": [(w.waiter, w.target, w.group, w.seq)
-                                                for w in cycle]},
+            details=_order_details(cycle),
         )]
-    chose = {r: qg.heads[r].group for r in comp if r in qg.heads}
-    counts: dict[str, int] = {}
-    for g in chose.values():
-        counts[g] = counts.get(g, 0) + 1
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    if len(ranked) > 1 and ranked[0][1] > ranked[1][1]:
-        culprits = sorted(r for r, g in chose.items() if g != ranked[0][0])
-    else:
-        culprits = comp
+    culprits = _odd_order(qg, comp)
     return [Finding(
         kind="cross_group_deadlock", group=ctx.groups.get(first.group),
         collective_seq_id=first.seq, op="collective", culprit_ranks=culprits,
@@ -419,8 +410,7 @@ def _cycle_finding(ctx: Context, qg: QueueGraph, progress: dict[int, RankProgres
         message=(f"{ranks_phrase(culprits).capitalize()} queued collectives of "
                  f"{plural(len(groups), 'group')} in another order than their peers, so "
                  f"their devices wait for each other: {hops}{also}."),
-        details={"side": "order", "cycle": [(w.waiter, w.target, w.group, w.seq)
-                                            for w in cycle]},
+        details=_order_details(cycle),
     )]
 
 
@@ -444,17 +434,9 @@ def _order_finding(ctx: Context, qg: QueueGraph, cycle: list[Wait]) -> Finding:
             message=(f"{ranks_phrase(comp).capitalize()} deadlock in send/recv: {hops}. "
                      "Each posted its op and stopped before the one its peer waits for: "
                      "post both sides in one batch_isend_irecv."),
-            details={"side": "order", "cycle": [(w.waiter, w.target, w.group, w.seq)
-                                                for w in cycle]},
+            details=_order_details(cycle),
         )
-    chose = {r: qg.heads[r].group for r in comp if r in qg.heads}
-    counts: dict[str, int] = {}
-    for g in chose.values():
-        counts[g] = counts.get(g, 0) + 1
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    culprits = comp
-    if len(ranked) > 1 and ranked[0][1] > ranked[1][1]:
-        culprits = sorted(r for r, g in chose.items() if g != ranked[0][0])
+    culprits = _odd_order(qg, comp)
     groups = {w.group for w in cycle}
     return Finding(
         kind="cross_group_deadlock", group=ctx.groups.get(first.group),
@@ -464,9 +446,26 @@ def _order_finding(ctx: Context, qg: QueueGraph, cycle: list[Wait]) -> Finding:
                  f"{plural(len(groups), 'group')} in another order than their peers, and "
                  f"each stopped before the other's: {hops}"
                  + (f"; {ranks_phrase(behind)} wait behind them." if behind else ".")),
-        details={"side": "order", "cycle": [(w.waiter, w.target, w.group, w.seq)
-                                            for w in cycle]},
+        details=_order_details(cycle),
     )
+
+
+def _odd_order(qg: QueueGraph, comp: list[int]) -> list[int]:
+    """The ranks of an order cycle whose oldest unfinished op is in another group than
+    most others'; every rank of ``comp`` when no group has a strict majority."""
+    chose = {r: qg.heads[r].group for r in comp if r in qg.heads}
+    counts: dict[str, int] = {}
+    for g in chose.values():
+        counts[g] = counts.get(g, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) > 1 and ranked[0][1] > ranked[1][1]:
+        return sorted(r for r, g in chose.items() if g != ranked[0][0])
+    return comp
+
+
+def _order_details(cycle: list[Wait]) -> dict[str, object]:
+    """The details of an order finding: its side and the cycle's hops."""
+    return {"side": "order", "cycle": [(w.waiter, w.target, w.group, w.seq) for w in cycle]}
 
 
 def _short_ranks(ctx: Context, progress: dict[int, RankProgress], comp: set[int],
