@@ -26,8 +26,8 @@ from typing import Any
 
 from commscope.flight.config import prefix_from_env
 
-__all__ = ["torchrun_command", "run", "watch_env", "local_world_size", "start_reporter",
-           "stop_reporter", "REPORT_ENV"]
+__all__ = ["draw_token", "torchrun_command", "run", "watch_env", "local_world_size",
+           "start_reporter", "stop_reporter", "REPORT_ENV"]
 
 _USAGE = "usage: commscope run [torchrun options] SCRIPT [ARGS]"
 REPORT_ENV = "COMMSCOPE_RUN_REPORT"
@@ -97,6 +97,16 @@ def local_world_size(argv: Sequence[str]) -> int:
     return int(text) if text.isdigit() else 0
 
 
+def draw_token() -> str:
+    """A fresh watch token: 24 URL-safe characters (144 random bits), never starting
+    with ``-``, which a command line would read as an option (``--token -Evl...``: one
+    drawn token in 64 did)."""
+    while True:
+        token = secrets.token_urlsafe(18)
+        if not token.startswith("-"):
+            return token
+
+
 def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the job: a fresh watch token (unless one is set; marked drawn,
     so the ranks of every host agree on one through the store: ``record/job.py``), where
@@ -106,7 +116,7 @@ def watch_env(env: dict[str, str] | None = None) -> dict[str, str]:
     out = dict(os.environ if env is None else env)
     if not out.get("COMMSCOPE_WATCH_TOKEN"):
         # each host draws its own; the ranks agree on one through the job's store
-        out["COMMSCOPE_WATCH_TOKEN"] = secrets.token_urlsafe(18)
+        out["COMMSCOPE_WATCH_TOKEN"] = draw_token()
         out["COMMSCOPE_WATCH_TOKEN_DRAWN"] = "1"
     out.setdefault("COMMSCOPE_FR_STRICT", "1")  # a group the recorder misses stops the job
     out.setdefault("COMMSCOPE_RUN_BANNER", "1")  # rank 0 says recording is on, and where

@@ -19,14 +19,20 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 
 def test_the_live_page_follows_a_real_job_and_names_the_stalled_rank(page, tmp_path):
-    job = start(tmp_path / "job", interval_s=0.5, DESYNC_FILE=str(tmp_path / "desync"))
+    # The page can name the desync's kind only from a record that still holds the split:
+    # a record holds the newest 16 folds, 1.6 s of steps at 10 a second, well over the
+    # ranks' publishing interval (0.5 s) plus the page's refresh (0.2 s), so a busy box
+    # cannot make the page miss it (at 20 steps a second the folds reached back 0.8 s,
+    # and one late refresh showed only "fingerprint_mismatch").
+    job = start(tmp_path / "job", interval_s=0.5, DESYNC_FILE=str(tmp_path / "desync"),
+                STEP_S="0.1")
     server = None
     try:
         job.watch_info()
         address = resolve_address(None, None, str(job.watch_file))
         source = StoreSource(address)
         source.connect()
-        server = WatchServer(SnapshotMaker(source), token=address.token, refresh_s=0.5)
+        server = WatchServer(SnapshotMaker(source), token=address.token, refresh_s=0.2)
         server.start()
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(server.url.replace(address.token, "wrong"), timeout=10)

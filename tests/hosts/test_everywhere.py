@@ -107,7 +107,7 @@ def _from_watch_file(command: str) -> list[str]:
 
     extra = "--once --json" if command == "watch" else ""
     return ["sh", "-c", f"{sys.executable} -m commscope {command} {extra} "
-            f"--store {field_of('store')} --token {field_of('token')}"]
+            f"--store {field_of('store')} --token={field_of('token')}"]
 
 
 @dataclass

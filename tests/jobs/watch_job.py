@@ -7,7 +7,8 @@ When the file named by ``DESYNC_FILE`` appears, rank 1 all-reduces its batch onc
 int32 where the others pass float32 (the same byte count: nothing hangs, the job runs on
 with a wrong sum) and writes ``<DESYNC_FILE>.at``. While the file named by ``SLOW_FILE``
 exists, rank 2's data loader takes 80 ms longer each step (a slow disk): every
-all_reduce waits for it.
+all_reduce waits for it. ``STEP_S``: the pause after each step (default 0.05 s: about 20
+steps a second).
 """
 
 import os
@@ -21,6 +22,7 @@ import commscope.flight as flight
 STALL_FILE = os.environ.get("STALL_FILE", "")
 DESYNC_FILE = os.environ.get("DESYNC_FILE", "")
 SLOW_FILE = os.environ.get("SLOW_FILE", "")
+STEP_S = float(os.environ.get("STEP_S", "0.05"))
 _desynced = []
 
 
@@ -62,7 +64,7 @@ def main() -> None:
         flight.step(step)
         batch = load_batch(step)
         dist.all_reduce(batch)
-        time.sleep(0.05)
+        time.sleep(STEP_S)
 
 
 if __name__ == "__main__":

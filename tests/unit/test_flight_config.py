@@ -92,3 +92,19 @@ def test_commscope_run_puts_the_watch_file_beside_our_dumps():
     env = watch_env(env={"TORCH_FR_DUMP_TEMP_FILE": "/a/nccl_",
                          "COMMSCOPE_FR_DUMP_PREFIX": "/b/ours/rank_"})
     assert env["COMMSCOPE_WATCH_FILE"] == "/b/ours/watch.json"
+
+
+def test_a_drawn_watch_token_never_reads_as_an_option(capsys):
+    # One urlsafe token in 64 starts with "-": `--token -Evl...` was refused by argparse
+    # on a login node (seen in the simulated-hosts test).
+    from commscope.cli import main
+    from commscope.flight.launch import draw_token, watch_env
+
+    tokens = [draw_token() for _ in range(4000)]
+    assert not any(t.startswith("-") for t in tokens)
+    assert len(set(tokens)) == len(tokens) and {len(t) for t in tokens} == {24}
+    assert not watch_env(env={})["COMMSCOPE_WATCH_TOKEN"].startswith("-")
+    # a token set by hand may start with "-": the documented `--token=...` form takes it
+    code = main(["watch", "--once", "--json", "--store", "127.0.0.1:1", "--token=-abc"])
+    err = capsys.readouterr().err
+    assert "expected one argument" not in err and code != 2, err
